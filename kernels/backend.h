@@ -1,0 +1,70 @@
+// Backend: what the benchmark engine needs from a device (CUDA or host CPU).
+//
+// A backend enumerates candidates for a shape, prepares inputs and the fp32
+// reference, runs and times one candidate. The engine (engine.h) owns the
+// procedure (validation tolerance, warm-up, sample count, budget, selection);
+// a backend only does device work.
+//
+// Error contract: any method may throw std::exception on a device error or a
+// candidate that cannot run; the engine records the message against the
+// candidate (or fails the job when Prepare throws). Not thread-safe: the
+// daemon's device worker is the only caller.
+#ifndef GPUTUNE_KERNELS_BACKEND_H_
+#define GPUTUNE_KERNELS_BACKEND_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/dense.h"
+
+namespace gputune::kernels {
+
+// Inputs, output buffer and reference for one shape, owned by the backend
+// that made it. Opaque to the engine.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+};
+
+// How a candidate's output compares with the reference.
+struct Comparison {
+  double max_abs_error = 0;  // largest |out - ref|
+  int64_t mismatches = 0;    // elements with |out - ref| > atol + rtol*|ref|
+  int64_t non_finite = 0;    // NaN / Inf outputs
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "host" or "cuda".
+  virtual std::string Name() const = 0;
+
+  // The device and software this backend measures on.
+  virtual Fingerprint GetFingerprint() const = 0;
+
+  // Candidates for the shape, at most max_candidates of them (>= 1). The first
+  // is the stable default: what the op runs untuned.
+  virtual std::vector<Execution> Candidates(const DenseShape& shape,
+                                            int max_candidates) = 0;
+
+  // Allocates x, W (values from a deterministic generator seeded with seed,
+  // in a realistic bf16 range), the output and the fp32-accumulated reference.
+  virtual std::unique_ptr<Workload> Prepare(const DenseShape& shape,
+                                            uint64_t seed) = 0;
+
+  // Runs the candidate once into the workload's output (clearing it first)
+  // and compares with the reference using the given tolerance.
+  virtual Comparison RunAndCompare(Workload& workload, const Execution& exec,
+                                   double atol, double rtol) = 0;
+
+  // Times `reps` back-to-back runs of the candidate after evicting caches (or
+  // rotating inputs) and returns the mean seconds per run.
+  virtual double TimeSample(Workload& workload, const Execution& exec,
+                            int reps) = 0;
+};
+
+}  // namespace gputune::kernels
+
+#endif  // GPUTUNE_KERNELS_BACKEND_H_
