@@ -1,0 +1,456 @@
+#include "absl/strings/string_view.h"
+#include "daemon/arbiter.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/fingerprint.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+
+namespace gputune {
+
+Arbiter::Arbiter(const ArbiterOptions& options, const Clock* clock,
+                 ClaimIdReserver reserver,
+                 std::optional<std::string> fingerprint_digest)
+    : options_(options),
+      clock_(clock),
+      reserver_(std::move(reserver)),
+      fingerprint_digest_(std::move(fingerprint_digest)) {}
+
+v1::Entry Arbiter::Summary(const v1::Entry& entry) {
+  v1::Entry summary = entry;
+  summary.clear_measurements();
+  summary.clear_fingerprint();
+  return summary;
+}
+
+std::string Arbiter::StaleReasonFor(bool fingerprint_matches,
+                                    absl::string_view entry_candidate_set,
+                                    absl::string_view candidate_set) {
+  if (!fingerprint_matches) {
+    return "measured on another device or software (fingerprint differs)";
+  }
+  if (entry_candidate_set != candidate_set) {
+    return absl::StrCat("tuned for candidate set '", entry_candidate_set,
+                        "', asked for '", candidate_set, "'");
+  }
+  return "";
+}
+
+std::string Arbiter::StaleReason(const v1::Entry& entry,
+                                 absl::string_view candidate_set,
+                                 const std::optional<std::string>& digest) {
+  return StaleReasonFor(
+      !digest || FingerprintDigest(entry.fingerprint()) == *digest,
+      entry.key().candidate_set(), candidate_set);
+}
+
+bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
+  return lease.recording || now < lease.deadline;
+}
+
+void Arbiter::SetEntryLocked(const std::string& key_id,
+                             const v1::Entry& entry) {
+  Slot& slot = slots_[key_id];
+  if (slot.has_entry) {
+    --entries_;
+    if (!slot.fingerprint_matches) --stale_entries_;
+  }
+  slot.entry_summary = Summary(entry).SerializeAsString();
+  slot.entry_candidate_set = entry.key().candidate_set();
+  slot.has_entry = true;
+  slot.fingerprint_matches =
+      !fingerprint_digest_ ||
+      FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_;
+  ++entries_;
+  if (!slot.fingerprint_matches) ++stale_entries_;
+}
+
+void Arbiter::Load(const std::string& key_id, const v1::Entry& entry) {
+  absl::MutexLock lock(&mu_);
+  SetEntryLocked(key_id, entry);
+}
+
+v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
+                                    absl::Time now) const {
+  v1::KeyStatus status;
+  *status.mutable_key() = key;
+  std::string stale_reason;
+  if (slot && slot->has_entry) {
+    stale_reason = StaleReasonFor(slot->fingerprint_matches,
+                                  slot->entry_candidate_set,
+                                  key.candidate_set());
+  }
+  if (slot && slot->has_entry && stale_reason.empty()) {
+    status.set_state(v1::KEY_STATE_HIT);
+    status.mutable_entry()->ParseFromString(slot->entry_summary);
+    return status;
+  }
+  if (slot && slot->lease && LeaseLive(*slot->lease, now)) {
+    status.set_state(v1::KEY_STATE_PENDING);
+    v1::ClaimInfo* claim = status.mutable_claim();
+    claim->set_claim_id(slot->lease->claim_id);
+    claim->set_holder(slot->lease->holder);
+    *claim->mutable_lease_deadline() = ToProto(slot->lease->deadline);
+    *claim->mutable_granted_at() = ToProto(slot->lease->granted_at);
+    return status;
+  }
+  if (slot && now < slot->backoff_until) {
+    status.set_state(v1::KEY_STATE_BACKOFF);
+    *status.mutable_retry_after() = ToProto(slot->backoff_until);
+    return status;
+  }
+  if (slot && slot->has_entry) {
+    status.set_state(v1::KEY_STATE_STALE);
+    status.mutable_entry()->ParseFromString(slot->entry_summary);
+    status.set_stale_reason(std::move(stale_reason));
+    return status;
+  }
+  status.set_state(v1::KEY_STATE_MISS);
+  return status;
+}
+
+v1::KeyStatus Arbiter::Lookup(const v1::Key& key) const {
+  const std::string key_id = KeyId(key);
+  const absl::Time now = clock_->Now();
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = slots_.find(key_id);
+  return StatusLocked(key, it == slots_.end() ? nullptr : &it->second, now);
+}
+
+absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {
+  if (next_claim_id_ == claim_id_limit_) {
+    absl::StatusOr<uint64_t> first = reserver_(options_.claim_id_block);
+    if (!first.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reserve claim ids: ", first.status().message()));
+    }
+    next_claim_id_ = *first;
+    claim_id_limit_ = *first + options_.claim_id_block;
+  }
+  return next_claim_id_++;
+}
+
+absl::StatusOr<v1::ClaimResponse> Arbiter::Claim(const v1::Key& key,
+                                                 absl::string_view holder,
+                                                 absl::Duration ttl) {
+  if (ttl == absl::ZeroDuration()) ttl = options_.default_ttl;
+  if (ttl < options_.min_ttl || ttl > options_.max_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl: must be ", absl::FormatDuration(options_.min_ttl),
+                     "..", absl::FormatDuration(options_.max_ttl), ", got ",
+                     absl::FormatDuration(ttl)));
+  }
+  const std::string key_id = KeyId(key);
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  v1::ClaimResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = slots_.find(key_id);
+    const v1::KeyStatus status =
+        StatusLocked(key, it == slots_.end() ? nullptr : &it->second, now);
+    switch (status.state()) {
+      case v1::KEY_STATE_HIT:
+        response.set_outcome(v1::CLAIM_OUTCOME_HIT);
+        *response.mutable_entry() = status.entry();
+        return response;
+      case v1::KEY_STATE_PENDING:
+        response.set_outcome(v1::CLAIM_OUTCOME_PENDING);
+        *response.mutable_claim() = status.claim();
+        return response;
+      case v1::KEY_STATE_BACKOFF:
+        response.set_outcome(v1::CLAIM_OUTCOME_BACKOFF);
+        *response.mutable_retry_after() = status.retry_after();
+        return response;
+      default:
+        break;  // MISS, STALE, or an expired lease: grant.
+    }
+    absl::StatusOr<uint64_t> id = NextClaimIdLocked();
+    if (!id.ok()) return id.status();
+    Slot& slot = slots_[key_id];
+    if (slot.lease) claims_.erase(slot.lease->claim_id);  // expired: superseded
+    slot.lease = Lease{*id, key, std::string(holder), now, now + ttl, false};
+    claims_[*id] = key_id;
+    response.set_outcome(v1::CLAIM_OUTCOME_GRANTED);
+    v1::ClaimInfo* claim = response.mutable_claim();
+    claim->set_claim_id(*id);
+    claim->set_holder(std::string(holder));
+    *claim->mutable_lease_deadline() = ToProto(now + ttl);
+    *claim->mutable_granted_at() = ToProto(now);
+    CollectLocked(key_id, now, &notes);
+  }
+  Deliver(notes);
+  return response;
+}
+
+absl::StatusOr<Arbiter::Slot*> Arbiter::LiveClaimLocked(uint64_t claim_id,
+                                                        absl::Time now) {
+  auto it = claims_.find(claim_id);
+  if (it == claims_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "claim ", claim_id,
+        " is not live (expired and taken over, released, or from before a "
+        "daemon restart): claim the key again"));
+  }
+  Slot& slot = slots_[it->second];
+  if (!LeaseLive(*slot.lease, now)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "claim ", claim_id, " expired at ",
+        absl::FormatTime(slot.lease->deadline),
+        ": renew leases before they run out, then claim the key again"));
+  }
+  return &slot;
+}
+
+absl::StatusOr<absl::Time> Arbiter::Renew(uint64_t claim_id,
+                                          absl::Duration ttl) {
+  if (ttl == absl::ZeroDuration()) ttl = options_.default_ttl;
+  if (ttl < options_.min_ttl || ttl > options_.max_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl: must be ", absl::FormatDuration(options_.min_ttl),
+                     "..", absl::FormatDuration(options_.max_ttl)));
+  }
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Slot*> slot = LiveClaimLocked(claim_id, now);
+  if (!slot.ok()) return slot.status();
+  (*slot)->lease->deadline = std::max((*slot)->lease->deadline, now + ttl);
+  return (*slot)->lease->deadline;
+}
+
+absl::StatusOr<Arbiter::RecordTicket> Arbiter::BeginRecord(uint64_t claim_id) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Slot*> slot = LiveClaimLocked(claim_id, now);
+  if (!slot.ok()) return slot.status();
+  Lease& lease = *(*slot)->lease;
+  if (lease.recording) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("claim ", claim_id, " is already being recorded"));
+  }
+  lease.recording = true;
+  return RecordTicket{claim_id, claims_[claim_id], lease.key, lease.holder};
+}
+
+void Arbiter::CommitRecord(const RecordTicket& ticket, const v1::Entry& entry) {
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  {
+    absl::MutexLock lock(&mu_);
+    SetEntryLocked(ticket.key_id, entry);
+    Slot& slot = slots_[ticket.key_id];
+    slot.lease.reset();
+    slot.abandons.clear();
+    claims_.erase(ticket.claim_id);
+    CollectLocked(ticket.key_id, now, &notes);
+  }
+  Deliver(notes);
+}
+
+void Arbiter::CancelRecord(const RecordTicket& ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(ticket.key_id);
+  if (it != slots_.end() && it->second.lease &&
+      it->second.lease->claim_id == ticket.claim_id) {
+    it->second.lease->recording = false;
+  }
+}
+
+absl::StatusOr<v1::AbandonResponse> Arbiter::Abandon(uint64_t claim_id,
+                                                     absl::string_view reason) {
+  (void)reason;  // the service logs it with the key
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  v1::AbandonResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Slot*> found = LiveClaimLocked(claim_id, now);
+    if (!found.ok()) return found.status();
+    Slot& slot = **found;
+    if (slot.lease->recording) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "claim ", claim_id, " is being recorded and cannot be abandoned"));
+    }
+    const std::string key_id = claims_[claim_id];
+    claims_.erase(claim_id);
+    slot.lease.reset();
+    std::erase_if(slot.abandons, [&](absl::Time t) {
+      return t <= now - options_.backoff_window;
+    });
+    slot.abandons.push_back(now);
+    if (static_cast<int>(slot.abandons.size()) >= options_.backoff_abandons) {
+      slot.backoff_until = now + options_.backoff_cooldown;
+      slot.abandons.clear();
+      response.set_state(v1::KEY_STATE_BACKOFF);
+      *response.mutable_retry_after() = ToProto(slot.backoff_until);
+    } else {
+      response.set_state(v1::KEY_STATE_MISS);
+    }
+    CollectLocked(key_id, now, &notes);
+  }
+  Deliver(notes);
+  return response;
+}
+
+void Arbiter::Install(const std::vector<v1::Entry>& entries) {
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const v1::Entry& entry : entries) {
+      const std::string key_id = KeyId(entry.key());
+      SetEntryLocked(key_id, entry);
+      CollectLocked(key_id, now, &notes);
+    }
+  }
+  Deliver(notes);
+}
+
+void Arbiter::Erase(const std::vector<std::string>& key_ids) {
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& key_id : key_ids) {
+      auto it = slots_.find(key_id);
+      if (it == slots_.end() || !it->second.has_entry) continue;
+      Slot& slot = it->second;
+      --entries_;
+      if (!slot.fingerprint_matches) --stale_entries_;
+      slot.has_entry = false;
+      slot.entry_summary.clear();
+      slot.entry_candidate_set.clear();
+      CollectLocked(key_id, now, &notes);
+      MaybeEraseSlotLocked(key_id);
+    }
+  }
+  Deliver(notes);
+}
+
+uint64_t Arbiter::Watch(const v1::Key& key, WatchFn fn) {
+  const std::string key_id = KeyId(key);
+  const absl::Time now = clock_->Now();
+  auto watcher = std::make_shared<Watcher>();
+  std::vector<Notification> first;
+  {
+    absl::MutexLock lock(&mu_);
+    watcher->id = next_watch_id_++;
+    watcher->key = key;
+    watcher->fn = std::move(fn);
+    watchers_[key_id].push_back(watcher);
+    watch_keys_[watcher->id] = key_id;
+    auto it = slots_.find(key_id);
+    first.push_back(
+        {watcher,
+         StatusLocked(key, it == slots_.end() ? nullptr : &it->second, now),
+         ++change_seq_});
+  }
+  Deliver(first);
+  return watcher->id;
+}
+
+void Arbiter::Unwatch(uint64_t watch_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = watch_keys_.find(watch_id);
+  if (it == watch_keys_.end()) return;
+  auto list = watchers_.find(it->second);
+  if (list != watchers_.end()) {
+    std::erase_if(list->second,
+                  [&](const auto& w) { return w->id == watch_id; });
+    if (list->second.empty()) watchers_.erase(list);
+  }
+  watch_keys_.erase(it);
+}
+
+void Arbiter::Sweep() {
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> touched;
+    for (auto it = claims_.begin(); it != claims_.end();) {
+      Slot& slot = slots_[it->second];
+      if (!LeaseLive(*slot.lease, now)) {
+        touched.push_back(it->second);
+        slot.lease.reset();
+        claims_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& [key_id, slot] : slots_) {
+      if (slot.backoff_until != absl::InfinitePast() &&
+          slot.backoff_until <= now) {
+        slot.backoff_until = absl::InfinitePast();
+        touched.push_back(key_id);
+      }
+    }
+    for (const std::string& key_id : touched) {
+      CollectLocked(key_id, now, &notes);
+      MaybeEraseSlotLocked(key_id);
+    }
+  }
+  Deliver(notes);
+}
+
+Arbiter::Stats Arbiter::GetStats() const {
+  const absl::Time now = clock_->Now();
+  Stats stats;
+  absl::ReaderMutexLock lock(&mu_);
+  stats.entries = entries_;
+  stats.stale_entries = stale_entries_;
+  for (const auto& [id, key_id] : claims_) {
+    const Slot& slot = slots_.at(key_id);
+    if (!LeaseLive(*slot.lease, now)) continue;
+    v1::ClaimInfo info;
+    info.set_claim_id(id);
+    info.set_holder(slot.lease->holder);
+    *info.mutable_lease_deadline() = ToProto(slot.lease->deadline);
+    *info.mutable_granted_at() = ToProto(slot.lease->granted_at);
+    stats.claims.emplace_back(slot.lease->key, std::move(info));
+  }
+  std::sort(stats.claims.begin(), stats.claims.end(),
+            [](const auto& a, const auto& b) {
+              return a.second.claim_id() < b.second.claim_id();
+            });
+  for (const auto& [key_id, slot] : slots_) {
+    if (now < slot.backoff_until) ++stats.backoff_keys;
+  }
+  return stats;
+}
+
+void Arbiter::CollectLocked(const std::string& key_id, absl::Time now,
+                            std::vector<Notification>* out) const {
+  auto list = watchers_.find(key_id);
+  if (list == watchers_.end()) return;
+  auto it = slots_.find(key_id);
+  const Slot* slot = it == slots_.end() ? nullptr : &it->second;
+  const uint64_t seq = ++change_seq_;
+  for (const auto& watcher : list->second) {
+    out->push_back({watcher, StatusLocked(watcher->key, slot, now), seq});
+  }
+}
+
+void Arbiter::MaybeEraseSlotLocked(const std::string& key_id) {
+  auto it = slots_.find(key_id);
+  if (it == slots_.end()) return;
+  const Slot& slot = it->second;
+  if (!slot.has_entry && !slot.lease && slot.abandons.empty() &&
+      slot.backoff_until == absl::InfinitePast()) {
+    slots_.erase(it);
+  }
+}
+
+void Arbiter::Deliver(const std::vector<Notification>& notes) {
+  for (const Notification& note : notes) {
+    absl::MutexLock lock(&note.watcher->deliver_mu);
+    if (note.seq <= note.watcher->delivered_seq) continue;
+    note.watcher->delivered_seq = note.seq;
+    note.watcher->fn(note.status);
+  }
+}
+
+}  // namespace gputune

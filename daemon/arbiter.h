@@ -1,0 +1,221 @@
+// Arbiter: decides, for every key, who tunes it. It holds the in-memory index
+// of entries (the hot path: Lookup never touches SQLite) and the live claims.
+//
+// Per key the state is one of (DESIGN.md "Key states and arbitration"):
+//   HIT      an entry tuned for the asker's candidate set on this device
+//   PENDING  a live claim (lease not expired, or a Record being persisted)
+//   BACKOFF  abandoned backoff_abandons times within backoff_window: no claims
+//            until the cool-down ends
+//   STALE    an entry for another candidate set or fingerprint: re-tunable
+//   MISS     none of the above
+//
+// Claim ids are fencing tokens: strictly increasing and never reused, also
+// across restarts (blocks are reserved durably through ClaimIdReserver).
+// Record is two-phase so that a slow, presumed-dead owner can never overwrite
+// the work of the next one:
+//   BeginRecord(claim)  checks the claim is live and pins it (it can no longer
+//                       expire or be superseded), then the caller persists,
+//   CommitRecord(...)   installs the entry, releases the claim, wakes watchers
+//   CancelRecord(...)   (persisting failed) unpins; the lease runs on.
+//
+// Thread-safe. No method blocks on I/O except Claim, which reserves a new
+// block of claim ids (one small SQLite write per claim_id_block claims).
+// Watch callbacks run on the thread that caused the change, outside the
+// arbiter's lock; they must not block.
+#ifndef GPUTUNE_DAEMON_ARBITER_H_
+#define GPUTUNE_DAEMON_ARBITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/clock.h"
+#include "gputune/v1/tune.pb.h"
+
+namespace gputune {
+
+struct ArbiterOptions {
+  absl::Duration default_ttl = absl::Seconds(30);
+  absl::Duration min_ttl = absl::Milliseconds(100);
+  absl::Duration max_ttl = absl::Hours(1);
+  int backoff_abandons = 3;  // abandons within the window that trip BACKOFF
+  absl::Duration backoff_window = absl::Minutes(5);
+  absl::Duration backoff_cooldown = absl::Minutes(1);
+  uint64_t claim_id_block = 1024;  // ids reserved per durable write
+};
+
+// Durably reserves `count` fresh claim ids; returns the first.
+using ClaimIdReserver = std::function<absl::StatusOr<uint64_t>(uint64_t)>;
+
+class Arbiter {
+ public:
+  // `clock` must outlive the arbiter. `fingerprint_digest`: the digest of the
+  // daemon's current fingerprint; nullopt when the device is unknown (then
+  // entries are not judged by fingerprint).
+  Arbiter(const ArbiterOptions& options, const Clock* clock,
+          ClaimIdReserver reserver,
+          std::optional<std::string> fingerprint_digest);
+
+  // Adds an entry at start-up (no watchers exist yet).
+  void Load(const std::string& key_id, const v1::Entry& entry)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The key's state. `key` must be valid (ValidateKey).
+  v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
+  // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
+  // no claim id could be reserved.
+  absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
+                                          absl::string_view holder,
+                                          absl::Duration ttl)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Extends a live lease to now + ttl and returns the new deadline.
+  // FAILED_PRECONDITION when the claim expired, was superseded or released.
+  absl::StatusOr<absl::Time> Renew(uint64_t claim_id, absl::Duration ttl)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What a Record needs to build and persist the entry.
+  struct RecordTicket {
+    uint64_t claim_id = 0;
+    std::string key_id;
+    v1::Key key;  // with the claimer's candidate set
+    std::string holder;
+  };
+  // Checks the claim is live and pins it. FAILED_PRECONDITION otherwise.
+  absl::StatusOr<RecordTicket> BeginRecord(uint64_t claim_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The entry is durable: the key turns HIT, the claim is released.
+  void CommitRecord(const RecordTicket& ticket, const v1::Entry& entry)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Persisting failed: the claim is unpinned and its lease runs on.
+  void CancelRecord(const RecordTicket& ticket) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Releases a live claim: MISS, or BACKOFF when this abandon trips it.
+  // FAILED_PRECONDITION when the claim is not live.
+  absl::StatusOr<v1::AbandonResponse> Abandon(uint64_t claim_id,
+                                              absl::string_view reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Entries that are durable already (imported): installed and watchers woken.
+  void Install(const std::vector<v1::Entry>& entries) ABSL_LOCKS_EXCLUDED(mu_);
+  // Entries deleted from the store: dropped from the index, watchers woken.
+  void Erase(const std::vector<std::string>& key_ids) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Calls fn with the key's current status, then after each change of it,
+  // until Unwatch. Returns the watch id.
+  using WatchFn = std::function<void(const v1::KeyStatus&)>;
+  uint64_t Watch(const v1::Key& key, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unwatch(uint64_t watch_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ends expired leases and finished cool-downs and wakes their watchers.
+  // Call periodically (the daemon does, every 100 ms); lookups see expiry
+  // without it.
+  void Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Stats {
+    uint64_t entries = 0;
+    uint64_t stale_entries = 0;  // fingerprint differs
+    uint32_t backoff_keys = 0;
+    std::vector<std::pair<v1::Key, v1::ClaimInfo>> claims;
+  };
+  Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Why `entry` is STALE for a caller with `candidate_set` on a daemon whose
+  // fingerprint digest is `digest` (nullopt: not judged); empty for a HIT.
+  static std::string StaleReason(const v1::Entry& entry,
+                                 absl::string_view candidate_set,
+                                 const std::optional<std::string>& digest);
+
+  // An entry without its measurements and fingerprint: what lookups carry
+  // (a HIT's fingerprint is the daemon's own; GetEntry has both).
+  static v1::Entry Summary(const v1::Entry& entry);
+
+ private:
+  struct Lease {
+    uint64_t claim_id = 0;
+    v1::Key key;
+    std::string holder;
+    absl::Time granted_at;
+    absl::Time deadline;
+    bool recording = false;  // pinned by BeginRecord
+  };
+  struct Slot {
+    std::string entry_summary;  // serialized Entry without measurements
+    std::string entry_candidate_set;
+    bool has_entry = false;
+    bool fingerprint_matches = true;
+    std::optional<Lease> lease;
+    std::vector<absl::Time> abandons;  // within the window
+    absl::Time backoff_until = absl::InfinitePast();
+  };
+  struct Watcher {
+    uint64_t id;
+    v1::Key key;
+    WatchFn fn;
+    // Notifications are delivered outside mu_, so two can race: the one
+    // collected later (higher sequence) wins and older ones are dropped.
+    absl::Mutex deliver_mu;
+    uint64_t delivered_seq ABSL_GUARDED_BY(deliver_mu) = 0;
+  };
+  struct Notification {
+    std::shared_ptr<Watcher> watcher;
+    v1::KeyStatus status;
+    uint64_t seq;
+  };
+
+  bool LeaseLive(const Lease& lease, absl::Time now) const;
+  static std::string StaleReasonFor(bool fingerprint_matches,
+                                    absl::string_view entry_candidate_set,
+                                    absl::string_view candidate_set);
+  v1::KeyStatus StatusLocked(const v1::Key& key, const Slot* slot,
+                             absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void SetEntryLocked(const std::string& key_id, const v1::Entry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Statuses for every watcher of key_id, to deliver after unlocking.
+  void CollectLocked(const std::string& key_id, absl::Time now,
+                     std::vector<Notification>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a slot that holds nothing.
+  void MaybeEraseSlotLocked(const std::string& key_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> NextClaimIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Slot*> LiveClaimLocked(uint64_t claim_id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(const std::vector<Notification>& notes);
+
+  // Constant after construction.
+  const ArbiterOptions options_;
+  const Clock* const clock_;
+  const ClaimIdReserver reserver_;
+  const std::optional<std::string> fingerprint_digest_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::string> claims_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Watcher>>>
+      watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::string> watch_keys_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
+  mutable uint64_t change_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_claim_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t claim_id_limit_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stale_entries_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_DAEMON_ARBITER_H_

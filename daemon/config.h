@@ -1,0 +1,91 @@
+// Config: every setting of gputuned, with its default, in one place.
+//
+// Settings come from (later wins): the defaults below, a config file
+// (--config=FILE, lines "name = value", '#' comments), then command-line flags
+// (--name=value). `gputuned --help` prints this table.
+//
+//   absl::StatusOr<Config> config = ParseConfig(argc, argv, getenv);
+#ifndef GPUTUNE_DAEMON_CONFIG_H_
+#define GPUTUNE_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gputune {
+
+struct Config {
+  // Where to listen: unix:///path or (only when asked) host:port. Default:
+  // $RUNTIME_DIRECTORY/gpu<device>.sock under systemd, else
+  // var/gpu<device>.sock under the working directory. Relative socket paths
+  // are made absolute.
+  std::string listen;
+  // SQLite database. Default: $STATE_DIRECTORY/gpu<device>.db under systemd,
+  // else var/gpu<device>.db under the working directory.
+  std::string db;
+  // Device ordinal (or GPU UUID for the CUDA backend).
+  std::string device = "0";
+  // Benchmark backend: auto (cuda when a device is usable, else host), cuda,
+  // host, none (serve the cache only), fault (test-only host + injected
+  // faulty candidates).
+  std::string backend = "auto";
+  // With --backend=fault (tests only): the candidate list, as
+  // "kernel(a=1);kernel(b=2)"; empty: FaultBackend's default list.
+  std::string fault_candidates;
+  // CUDA backend: heuristic candidates and workspace limit.
+  int cublaslt_candidates = 8;
+  uint64_t workspace_bytes = 32u << 20;
+  // Socket file mode for a unix listener (octal).
+  uint32_t socket_mode = 0660;
+  std::string config_file;
+
+  // Leases and backoff.
+  absl::Duration lease_ttl = absl::Seconds(30);
+  absl::Duration max_lease_ttl = absl::Hours(1);
+  int backoff_abandons = 3;
+  absl::Duration backoff_window = absl::Minutes(5);
+  absl::Duration backoff_cooldown = absl::Minutes(1);
+
+  // Benchmarking.
+  int queue_capacity = 256;
+  absl::Duration tune_budget = absl::Seconds(2);
+  int min_improvement_bps = 200;
+  int max_candidates = 16;
+  absl::Duration job_timeout = absl::Minutes(2);  // a job past it is cancelled
+  std::string autotune_log = "minimal";  // disabled | minimal | full
+
+  // Storage.
+  bool db_sync_full = true;  // synchronous=FULL (else NORMAL)
+
+  // Server.
+  int max_message_bytes = 64 << 20;
+  absl::Duration shutdown_grace = absl::Seconds(5);
+  absl::Duration watchdog_interval = absl::ZeroDuration();  // 0: from systemd
+
+  // Logging: trace, debug, info, warn, error, critical, off.
+  std::string log_level = "info";
+
+  bool help = false;
+};
+
+// Parses flags (and the config file they name). `getenv` supplies
+// RUNTIME_DIRECTORY / STATE_DIRECTORY for the defaults. INVALID_ARGUMENT
+// names the bad flag or file line.
+absl::StatusOr<Config> ParseConfig(
+    const std::vector<std::string>& args,
+    const std::function<const char*(const char*)>& getenv);
+
+// Re-reads the config file for the settings that may change at runtime
+// (log_level, autotune_log) and returns the updated config.
+absl::StatusOr<Config> ReloadConfig(const Config& current);
+
+// The --help text: every setting, its default and meaning.
+std::string ConfigHelp();
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_DAEMON_CONFIG_H_

@@ -1,0 +1,82 @@
+// Daemon: gputuned assembled — store, arbiter, backend, job queue and the gRPC
+// server — with an orderly start and shutdown.
+//
+//   absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(config);
+//   ... (*d)->Shutdown();
+//
+// Start returns once the database is open and loaded, the backend chosen and
+// the socket bound: the daemon is serving (what READY=1 means to systemd).
+#ifndef GPUTUNE_DAEMON_DAEMON_H_
+#define GPUTUNE_DAEMON_DAEMON_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "daemon/arbiter.h"
+#include "daemon/clock.h"
+#include "daemon/config.h"
+#include "daemon/job_queue.h"
+#include "daemon/serial_executor.h"
+#include "daemon/tune_service.h"
+#include "grpcpp/server.h"
+#include "kernels/backend.h"
+#include "storage/tune_store.h"
+
+namespace gputune {
+
+inline constexpr char kVersion[] = "0.1.0";
+
+class Daemon {
+ public:
+  // Fails (with a message for the operator) when the database cannot be
+  // opened or the address cannot be bound. A corrupt database is not a
+  // failure: it is quarantined and reported in GetStatus.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Config& config);
+  // Shuts down if Shutdown was not called.
+  ~Daemon();
+
+  // Health NOT_SERVING, stop the job queue (abandoning its jobs), stop the
+  // server (calls in flight get shutdown_grace to finish), drain the store
+  // executor, close the database. Idempotent.
+  void Shutdown();
+
+  // Whether the lease sweeper ran since the last call and the gRPC server
+  // answers a health check through its in-process channel: what the
+  // watchdog reports. Call from one thread, at intervals above 100 ms.
+  bool Alive();
+
+  // One line for sd_notify STATUS= and logs: entries, claims, queue, backend.
+  std::string StatusLine();
+
+  // Applies runtime-changeable settings (log level, autotune log).
+  void ApplyRuntimeConfig(const Config& config);
+
+  const DaemonInfo& info() const { return info_; }
+
+ private:
+  Daemon() = default;
+
+  Config config_;
+  DaemonInfo info_;
+  RealClock clock_;
+  std::unique_ptr<storage::TuneStore> store_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Arbiter> arbiter_;
+  std::unique_ptr<SerialExecutor> store_executor_;
+  std::unique_ptr<JobQueue> jobs_;
+  std::unique_ptr<TuneServiceImpl> tune_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread sweeper_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> sweeps_{0};
+  int64_t last_alive_sweeps_ = -1;
+  bool shut_down_ = false;
+};
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_DAEMON_DAEMON_H_

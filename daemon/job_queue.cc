@@ -1,0 +1,401 @@
+#include "daemon/job_queue.h"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/execution_convert.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+#include "daemon/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace gputune {
+namespace {
+
+constexpr char kDaemonHolder[] = "gputuned";
+
+v1::Validation ValidationToProto(kernels::CandidateValidation v) {
+  switch (v) {
+    case kernels::CandidateValidation::kPassed:
+      return v1::VALIDATION_PASSED;
+    case kernels::CandidateValidation::kFailed:
+      return v1::VALIDATION_FAILED;
+    case kernels::CandidateValidation::kError:
+      return v1::VALIDATION_ERROR;
+    default:
+      return v1::VALIDATION_UNSPECIFIED;
+  }
+}
+
+v1::Entry EntryFromReport(const v1::Key& key, const kernels::TuneReport& report,
+                          const kernels::Fingerprint& fingerprint,
+                          absl::Time now) {
+  v1::Entry entry;
+  *entry.mutable_key() = key;
+  *entry.mutable_execution() = gputune::ToProto(report.chosen);
+  for (const kernels::CandidateReport& c : report.candidates) {
+    v1::CandidateMeasurement* m = entry.add_measurements();
+    *m->mutable_execution() = gputune::ToProto(c.execution);
+    m->set_validation(ValidationToProto(c.validation));
+    m->set_max_abs_error(c.max_abs_error);
+    m->set_error(c.error);
+    *m->mutable_median() = SecondsToProto(c.median_seconds);
+    *m->mutable_spread() = SecondsToProto(c.spread_seconds);
+    m->set_samples(c.samples);
+    m->set_is_default(c.is_default);
+    m->set_chosen(c.chosen);
+  }
+  *entry.mutable_default_time() = SecondsToProto(report.default_seconds);
+  *entry.mutable_chosen_time() = SecondsToProto(report.chosen_seconds);
+  if (report.default_seconds > 0 && report.chosen_seconds > 0) {
+    entry.set_speedup(report.default_seconds / report.chosen_seconds);
+  }
+  entry.set_source(v1::SOURCE_DAEMON_MEASURED);
+  *entry.mutable_measured_at() = ToProto(now);
+  *entry.mutable_fingerprint() = gputune::ToProto(fingerprint);
+  entry.set_recorded_by(kDaemonHolder);
+  return entry;
+}
+
+}  // namespace
+
+// A caller following a client's claim. Resolved exactly once: by the claim's
+// end, or by Stop().
+struct JobQueue::Follower {
+  v1::Key key;
+  DoneFn done;
+  uint64_t watch_id = 0;
+  absl::Mutex mu;
+  bool resolved ABSL_GUARDED_BY(mu) = false;
+
+  // True for the one caller that gets to answer; ends the watch.
+  bool Resolve(Arbiter* arbiter) {
+    absl::MutexLock lock(&mu);
+    if (resolved) return false;
+    resolved = true;
+    if (watch_id != 0) arbiter->Unwatch(watch_id);
+    return true;
+  }
+};
+
+JobQueue::JobQueue(const JobQueueOptions& options, Arbiter* arbiter,
+                   storage::TuneStore* store, kernels::Backend* backend,
+                   std::string backend_error, const Clock* clock)
+    : options_(options),
+      arbiter_(arbiter),
+      store_(store),
+      backend_(backend),
+      backend_error_(std::move(backend_error)),
+      clock_(clock),
+      autotune_log_(options.tune.log) {
+  if (backend_ != nullptr) {
+    worker_ = std::thread([this] { WorkerLoop(); });
+    monitor_ = std::thread([this] {
+      absl::MutexLock lock(&mu_);
+      while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                                   absl::Milliseconds(50))) {
+        if (running_ && clock_->Now() - running_since_ > options_.job_timeout) {
+          cancel_.store(true);
+        }
+      }
+    });
+  }
+}
+
+JobQueue::~JobQueue() { Stop(); }
+
+void JobQueue::Stop() {
+  std::vector<std::shared_ptr<Job>> abandoned;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Follower>> followers;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    cancel_.store(true);
+  }
+  if (worker_.joinable()) worker_.join();
+  if (monitor_.joinable()) monitor_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    abandoned.swap(queue_);
+    jobs_.clear();
+    followers.swap(followers_);
+  }
+  const absl::Status shutting_down = absl::UnavailableError(
+      "gputuned is shutting down: retry against the restarted daemon");
+  for (const auto& job : abandoned) {
+    (void)arbiter_->Abandon(job->claim_id, "gputuned shutting down");
+    for (const DoneFn& done : job->waiters) done(shutting_down);
+  }
+  for (const auto& [id, follower] : followers) {
+    if (follower->Resolve(arbiter_)) follower->done(shutting_down);
+  }
+}
+
+void JobQueue::SetAutotuneLog(kernels::AutotuneLog level) {
+  autotune_log_.store(level);
+}
+
+void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
+  if (backend_ == nullptr) {
+    done(absl::FailedPreconditionError(
+        absl::StrCat("this gputuned cannot benchmark: ", backend_error_)));
+    return;
+  }
+  if (v1::KeyStatus status = arbiter_->Lookup(key);
+      status.state() == v1::KEY_STATE_HIT) {
+    done(std::move(status));
+    return;
+  }
+  const std::string key_id = KeyId(key);
+  // Attaches to a queued or running job for the key; false when none.
+  auto attach = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
+    auto it = jobs_.find(key_id);
+    if (it == jobs_.end()) return false;
+    Job& job = *it->second;
+    if (job.key.candidate_set() != key.candidate_set()) {
+      done(absl::AbortedError(absl::StrCat(
+          "a job for ", key_id, " with candidate set '",
+          job.key.candidate_set(), "' is running: retry when it is done")));
+    } else if (wait) {
+      job.waiters.push_back(std::move(done));
+      job.info.set_waiters(job.info.waiters() + 1);
+    } else {
+      done(arbiter_->Lookup(key));
+    }
+    return true;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      done(absl::UnavailableError("gputuned is shutting down"));
+      return;
+    }
+    if (attach()) return;
+    if (static_cast<int>(queue_.size()) >= options_.capacity) {
+      done(absl::ResourceExhaustedError(absl::StrCat(
+          "the benchmark queue is full (", options_.capacity,
+          " jobs waiting): retry later, or raise --queue_capacity")));
+      return;
+    }
+  }
+  absl::StatusOr<v1::ClaimResponse> claim =
+      arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl);
+  if (!claim.ok()) {
+    done(claim.status());
+    return;
+  }
+  switch (claim->outcome()) {
+    case v1::CLAIM_OUTCOME_HIT:
+      done(arbiter_->Lookup(key));
+      return;
+    case v1::CLAIM_OUTCOME_BACKOFF:
+      done(absl::UnavailableError(absl::StrCat(
+          KeyText(key), " is in BACKOFF after repeated failed tuning until ",
+          absl::FormatTime(FromProto(claim->retry_after())),
+          ": retry after that")));
+      return;
+    case v1::CLAIM_OUTCOME_PENDING: {
+      {
+        absl::MutexLock lock(&mu_);
+        if (attach()) return;  // our own job appeared meanwhile
+      }
+      // A client process holds the key: follow its claim.
+      if (wait) {
+        Follow(key, std::move(done));
+      } else {
+        done(arbiter_->Lookup(key));
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  auto job = std::make_shared<Job>();
+  job->key_id = key_id;
+  job->key = key;
+  job->claim_id = claim->claim().claim_id();
+  *job->info.mutable_key() = key;
+  *job->info.mutable_queued_at() = ToProto(clock_->Now());
+  {
+    absl::MutexLock lock(&mu_);
+    job->order = next_order_++;
+    if (wait) {
+      job->waiters.push_back(std::move(done));
+      job->info.set_waiters(1);
+    }
+    jobs_[key_id] = job;
+    queue_.push_back(job);
+  }
+  spdlog::info("tune job queued for {} (claim {})", KeyText(key),
+               job->claim_id);
+  if (!wait) done(arbiter_->Lookup(key));
+}
+
+void JobQueue::Follow(const v1::Key& key, DoneFn done) {
+  auto follower = std::make_shared<Follower>();
+  follower->key = key;
+  follower->done = std::move(done);
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      follower->done(absl::UnavailableError("gputuned is shutting down"));
+      return;
+    }
+    id = next_follower_++;
+    followers_[id] = follower;
+  }
+  auto on_status = [this, id, follower](const v1::KeyStatus& status) {
+    if (status.state() == v1::KEY_STATE_PENDING) return;
+    if (!follower->Resolve(arbiter_)) return;
+    {
+      absl::MutexLock lock(&mu_);
+      followers_.erase(id);
+    }
+    if (status.state() == v1::KEY_STATE_HIT) {
+      follower->done(status);
+    } else {
+      // The client's claim ended without an entry: tune the key here.
+      TuneDense(follower->key, true, follower->done);
+    }
+  };
+  const uint64_t watch_id = arbiter_->Watch(key, std::move(on_status));
+  absl::MutexLock lock(&follower->mu);
+  follower->watch_id = watch_id;
+  if (follower->resolved) arbiter_->Unwatch(watch_id);
+}
+
+std::shared_ptr<JobQueue::Job> JobQueue::PopLocked() {
+  auto best = std::min_element(
+      queue_.begin(), queue_.end(), [](const auto& a, const auto& b) {
+        const bool a_decode =
+            a->key.dense_bf16().phase() == v1::PHASE_DECODE;
+        const bool b_decode =
+            b->key.dense_bf16().phase() == v1::PHASE_DECODE;
+        if (a_decode != b_decode) return a_decode;
+        return a->order < b->order;
+      });
+  std::shared_ptr<Job> job = *best;
+  queue_.erase(best);
+  return job;
+}
+
+void JobQueue::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](JobQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+            return q->stopping_ || !q->queue_.empty();
+          },
+          this));
+      if (stopping_) return;
+      job = PopLocked();
+      running_ = job;
+      running_since_ = clock_->Now();
+      *job->info.mutable_started_at() = ToProto(running_since_);
+      cancel_.store(false);
+    }
+    Run(*job);
+  }
+}
+
+void JobQueue::Run(Job& job) {
+  kernels::TuneHooks hooks;
+  hooks.cancel = &cancel_;
+  hooks.progress = [&](int done, int total) {
+    {
+      absl::MutexLock lock(&mu_);
+      job.info.set_candidates_done(done);
+      job.info.set_candidates_total(total);
+    }
+    (void)arbiter_->Renew(job.claim_id, options_.lease_ttl);
+  };
+  const std::string key_text = KeyText(job.key);
+  hooks.log = [&](int severity, const std::string& line) {
+    const auto level = severity >= 2   ? spdlog::level::warn
+                       : severity == 1 ? spdlog::level::info
+                                       : spdlog::level::debug;
+    spdlog::log(level, "autotune {}: {}", key_text, line);
+  };
+  kernels::TuneOptions tune = options_.tune;
+  tune.log = autotune_log_.load();
+  kernels::TuneReport report;
+  try {
+    report = kernels::TuneDense(*backend_, ShapeOf(job.key.dense_bf16()), tune,
+                                hooks);
+  } catch (const std::exception& e) {
+    report.ok = false;
+    report.error = absl::StrCat("engine error: ", e.what());
+  }
+  if (cancel_.load() && !report.ok && report.error == "cancelled") {
+    report.error = "cancelled (daemon shutting down or job over its time limit)";
+  }
+
+  absl::StatusOr<v1::KeyStatus> result;
+  if (report.ok) {
+    absl::StatusOr<Arbiter::RecordTicket> ticket =
+        arbiter_->BeginRecord(job.claim_id);
+    if (!ticket.ok()) {
+      result = ticket.status();
+    } else {
+      const v1::Entry entry = EntryFromReport(
+          ticket->key, report, backend_->GetFingerprint(), clock_->Now());
+      if (absl::Status s = store_->Put(entry); s.ok()) {
+        arbiter_->CommitRecord(*ticket, entry);
+        spdlog::info("tuned {}: {} ({:.2f}x over the default)", key_text,
+                     report.chosen.ToString(), entry.speedup());
+        result = arbiter_->Lookup(job.key);
+      } else {
+        arbiter_->CancelRecord(*ticket);
+        report.ok = false;
+        report.error = absl::StrCat("cannot persist the entry: ", s.message());
+      }
+    }
+  }
+  if (!report.ok) {
+    spdlog::warn("tuning {} failed: {}", key_text, report.error);
+    (void)arbiter_->Abandon(job.claim_id, report.error);
+    result = absl::AbortedError(
+        absl::StrCat("tuning ", key_text, " failed: ", report.error));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    (result.ok() ? completed_ : failed_)++;
+  }
+  Finish(job.key_id, result);
+}
+
+void JobQueue::Finish(const std::string& key_id,
+                      const absl::StatusOr<v1::KeyStatus>& result) {
+  std::vector<DoneFn> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(key_id);
+    if (it != jobs_.end()) {
+      waiters.swap(it->second->waiters);
+      jobs_.erase(it);
+    }
+    running_.reset();
+  }
+  for (const DoneFn& done : waiters) done(result);
+}
+
+JobQueue::Stats JobQueue::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  Stats stats;
+  stats.queue_depth = static_cast<uint32_t>(queue_.size());
+  stats.capacity = static_cast<uint32_t>(options_.capacity);
+  stats.completed = completed_;
+  stats.failed = failed_;
+  if (running_) {
+    stats.running = true;
+    stats.running_job = running_->info;
+  }
+  return stats;
+}
+
+}  // namespace gputune

@@ -1,0 +1,31 @@
+// Logging set-up for gputuned: journald-friendly under systemd, a plain
+// console otherwise.
+#ifndef GPUTUNE_DAEMON_LOGGING_H_
+#define GPUTUNE_DAEMON_LOGGING_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "spdlog/fmt/fmt.h"
+
+// Debian's Abseil has its own string_view type (not std::string_view), which
+// absl::Status::message() returns: let log lines format it.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename Context>
+  auto format(absl::string_view s, Context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(
+        fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+
+namespace gputune {
+
+// Under systemd ($JOURNAL_STREAM set) each line is "<priority>message": the
+// journal adds its own timestamp and reads the syslog priority from the
+// prefix. Otherwise lines carry a timestamp and level. Logs go to stderr.
+void SetUpLogging(const std::string& level);
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_DAEMON_LOGGING_H_

@@ -1,0 +1,121 @@
+#include "absl/strings/string_view.h"
+#include "key_format.h"
+
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "validation.h"
+
+namespace gputune {
+
+absl::string_view PhaseName(v1::Phase phase) {
+  switch (phase) {
+    case v1::PHASE_PREFILL:
+      return "prefill";
+    case v1::PHASE_DECODE:
+      return "decode";
+    default:
+      return "unspecified";
+  }
+}
+
+absl::string_view KeyStateName(v1::KeyState state) {
+  switch (state) {
+    case v1::KEY_STATE_MISS:
+      return "miss";
+    case v1::KEY_STATE_PENDING:
+      return "pending";
+    case v1::KEY_STATE_HIT:
+      return "hit";
+    case v1::KEY_STATE_STALE:
+      return "stale";
+    case v1::KEY_STATE_BACKOFF:
+      return "backoff";
+    default:
+      return "unspecified";
+  }
+}
+
+absl::string_view KeyOp(const v1::Key& key) {
+  if (key.has_dense_bf16()) return kDenseOp;
+  return key.custom().op();
+}
+
+std::string KeyId(const v1::Key& key) {
+  if (key.has_dense_bf16()) {
+    const v1::DenseBf16Key& d = key.dense_bf16();
+    return absl::StrCat(kDenseOp, "/", PhaseName(d.phase()), "/", d.role(),
+                        "/m=", d.tokens(), "/k=", d.input_features(),
+                        "/n=", d.output_features());
+  }
+  return absl::StrCat(key.custom().op(), "/", key.custom().params());
+}
+
+std::string KeyText(const v1::Key& key) {
+  return absl::StrCat(KeyId(key), "@", key.candidate_set());
+}
+
+namespace {
+
+absl::Status KeyTextError(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "key '", text, "': ", why,
+      " (expected dense_bf16/<prefill|decode>/<role>/m=<M>/k=<K>/n=<N>@<"
+      "candidate_set> or <op>/<params>@<candidate_set>)"));
+}
+
+bool ParseDim(absl::string_view part, absl::string_view name, uint32_t* out) {
+  if (!absl::ConsumePrefix(&part, name) || !absl::ConsumePrefix(&part, "=")) {
+    return false;
+  }
+  return absl::SimpleAtoi(part, out);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Key> ParseKeyText(absl::string_view text) {
+  const size_t at = text.rfind('@');
+  if (at == absl::string_view::npos) {
+    return KeyTextError(text, "missing '@<candidate_set>'");
+  }
+  v1::Key key;
+  key.set_candidate_set(std::string(text.substr(at + 1)));
+  const absl::string_view id = text.substr(0, at);
+  const size_t slash = id.find('/');
+  if (slash == absl::string_view::npos) {
+    return KeyTextError(text, "missing '/' after the op name");
+  }
+  const absl::string_view op = id.substr(0, slash);
+  if (op == kDenseOp) {
+    std::vector<absl::string_view> parts = absl::StrSplit(id, '/');
+    if (parts.size() != 6) {
+      return KeyTextError(text, "a dense_bf16 key has 6 '/'-separated parts");
+    }
+    v1::DenseBf16Key* d = key.mutable_dense_bf16();
+    if (parts[1] == "prefill") {
+      d->set_phase(v1::PHASE_PREFILL);
+    } else if (parts[1] == "decode") {
+      d->set_phase(v1::PHASE_DECODE);
+    } else {
+      return KeyTextError(text, "phase must be 'prefill' or 'decode'");
+    }
+    d->set_role(std::string(parts[2]));
+    uint32_t m = 0, k = 0, n = 0;
+    if (!ParseDim(parts[3], "m", &m) || !ParseDim(parts[4], "k", &k) ||
+        !ParseDim(parts[5], "n", &n)) {
+      return KeyTextError(text, "dimensions must read m=<M>/k=<K>/n=<N>");
+    }
+    d->set_tokens(m);
+    d->set_input_features(k);
+    d->set_output_features(n);
+  } else {
+    key.mutable_custom()->set_op(std::string(op));
+    key.mutable_custom()->set_params(std::string(id.substr(slash + 1)));
+  }
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  return key;
+}
+
+}  // namespace gputune

@@ -1,0 +1,241 @@
+#include "absl/strings/string_view.h"
+#include "validation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "key_format.h"
+
+namespace gputune {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+// 1..max characters, each accepted by `ok`.
+template <typename CharOk>
+absl::Status CheckText(absl::string_view value, absl::string_view field,
+                       size_t max, CharOk ok, absl::string_view allowed) {
+  if (value.empty()) return Invalid(field, "must not be empty");
+  if (value.size() > max) {
+    return Invalid(field, absl::StrCat("must be at most ", max,
+                                       " characters, got ", value.size()));
+  }
+  for (char c : value) {
+    if (!ok(c)) {
+      return Invalid(field, absl::StrCat("must contain only ", allowed));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckName(absl::string_view value, absl::string_view field) {
+  return CheckText(value, field, kMaxNameLength, IsNameChar, "[A-Za-z0-9._-]");
+}
+
+absl::Status CheckDim(uint32_t value, absl::string_view field) {
+  if (value == 0 || value > kMaxDimension) {
+    return Invalid(field, absl::StrCat("must be 1..", kMaxDimension, ", got ",
+                                       value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDuration(const google::protobuf::Duration& d,
+                           absl::string_view field) {
+  if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= 1000000000) {
+    return Invalid(field, "must be a non-negative duration");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
+  switch (key.op_case()) {
+    case v1::Key::kDenseBf16: {
+      const v1::DenseBf16Key& d = key.dense_bf16();
+      const std::string f = absl::StrCat(field, ".dense_bf16");
+      if (d.phase() != v1::PHASE_PREFILL && d.phase() != v1::PHASE_DECODE) {
+        return Invalid(absl::StrCat(f, ".phase"),
+                       "must be PHASE_PREFILL or PHASE_DECODE");
+      }
+      if (auto s = CheckName(d.role(), absl::StrCat(f, ".role")); !s.ok()) {
+        return s;
+      }
+      if (auto s = CheckDim(d.tokens(), absl::StrCat(f, ".tokens")); !s.ok()) {
+        return s;
+      }
+      if (auto s = CheckDim(d.input_features(),
+                            absl::StrCat(f, ".input_features"));
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = CheckDim(d.output_features(),
+                            absl::StrCat(f, ".output_features"));
+          !s.ok()) {
+        return s;
+      }
+      break;
+    }
+    case v1::Key::kCustom: {
+      const v1::CustomKey& c = key.custom();
+      const std::string f = absl::StrCat(field, ".custom");
+      if (auto s = CheckName(c.op(), absl::StrCat(f, ".op")); !s.ok()) return s;
+      if (c.op() == kDenseOp) {
+        return Invalid(absl::StrCat(f, ".op"),
+                       "'dense_bf16' is the built-in op: use key.dense_bf16");
+      }
+      if (auto s = CheckText(
+              c.params(), absl::StrCat(f, ".params"), kMaxParamsLength,
+              [](char ch) { return ch >= 0x20 && ch < 0x7f && ch != '@'; },
+              "printable ASCII other than '@'");
+          !s.ok()) {
+        return s;
+      }
+      break;
+    }
+    default:
+      return Invalid(field, "must set dense_bf16 or custom");
+  }
+  return CheckText(
+      key.candidate_set(), absl::StrCat(field, ".candidate_set"),
+      kMaxCandidateSetLength,
+      [](char c) { return IsNameChar(c) || c == ':' || c == '+'; },
+      "[A-Za-z0-9._:+-]");
+}
+
+absl::Status ValidateExecution(const v1::Execution& exec,
+                               absl::string_view field) {
+  if (auto s = CheckText(
+          exec.kernel(), absl::StrCat(field, ".kernel"), kMaxNameLength,
+          [](char c) { return IsNameChar(c) || c == ':'; }, "[A-Za-z0-9._:-]");
+      !s.ok()) {
+    return s;
+  }
+  if (exec.params_size() > static_cast<int>(kMaxExecutionParams)) {
+    return Invalid(absl::StrCat(field, ".params"),
+                   absl::StrCat("at most ", kMaxExecutionParams, " entries"));
+  }
+  for (const auto& [name, value] : exec.params()) {
+    if (auto s = CheckName(name, absl::StrCat(field, ".params key")); !s.ok()) {
+      return s;
+    }
+  }
+  if (exec.data().size() > kMaxExecutionData) {
+    return Invalid(absl::StrCat(field, ".data"),
+                   absl::StrCat("at most ", kMaxExecutionData, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,
+                                 absl::string_view field) {
+  if (auto s = ValidateExecution(m.execution(), absl::StrCat(field, ".execution"));
+      !s.ok()) {
+    return s;
+  }
+  if (!v1::Validation_IsValid(m.validation())) {
+    return Invalid(absl::StrCat(field, ".validation"), "unknown value");
+  }
+  if (!std::isfinite(m.max_abs_error()) || m.max_abs_error() < 0) {
+    return Invalid(absl::StrCat(field, ".max_abs_error"),
+                   "must be finite and >= 0");
+  }
+  if (m.error().size() > kMaxReasonLength) {
+    return Invalid(absl::StrCat(field, ".error"),
+                   absl::StrCat("at most ", kMaxReasonLength, " characters"));
+  }
+  if (auto s = CheckDuration(m.median(), absl::StrCat(field, ".median"));
+      !s.ok()) {
+    return s;
+  }
+  return CheckDuration(m.spread(), absl::StrCat(field, ".spread"));
+}
+
+absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
+  if (!entry.has_key()) return Invalid(absl::StrCat(field, ".key"), "required");
+  if (auto s = ValidateKey(entry.key(), absl::StrCat(field, ".key")); !s.ok()) {
+    return s;
+  }
+  if (!entry.has_execution()) {
+    return Invalid(absl::StrCat(field, ".execution"), "required");
+  }
+  if (auto s = ValidateExecution(entry.execution(),
+                                 absl::StrCat(field, ".execution"));
+      !s.ok()) {
+    return s;
+  }
+  if (entry.measurements_size() > static_cast<int>(kMaxMeasurements)) {
+    return Invalid(absl::StrCat(field, ".measurements"),
+                   absl::StrCat("at most ", kMaxMeasurements));
+  }
+  for (int i = 0; i < entry.measurements_size(); ++i) {
+    if (auto s = ValidateMeasurement(
+            entry.measurements(i),
+            absl::StrCat(field, ".measurements[", i, "]"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!v1::Source_IsValid(entry.source())) {
+    return Invalid(absl::StrCat(field, ".source"), "unknown value");
+  }
+  if (!std::isfinite(entry.speedup()) || entry.speedup() < 0) {
+    return Invalid(absl::StrCat(field, ".speedup"), "must be finite and >= 0");
+  }
+  if (auto s = CheckDuration(entry.default_time(),
+                             absl::StrCat(field, ".default_time"));
+      !s.ok()) {
+    return s;
+  }
+  return CheckDuration(entry.chosen_time(), absl::StrCat(field, ".chosen_time"));
+}
+
+absl::Status ValidateHolder(absl::string_view holder, absl::string_view field) {
+  return CheckText(
+      holder, field, kMaxHolderLength,
+      [](char c) { return c >= 0x20 && c < 0x7f; }, "printable ASCII");
+}
+
+absl::Status ValidateReason(absl::string_view reason, absl::string_view field) {
+  if (reason.size() > kMaxReasonLength) {
+    return Invalid(field, absl::StrCat("must be at most ", kMaxReasonLength,
+                                       " characters"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFilter(const v1::EntryFilter& filter,
+                            absl::string_view field) {
+  if (!filter.op().empty()) {
+    if (auto s = CheckName(filter.op(), absl::StrCat(field, ".op")); !s.ok()) {
+      return s;
+    }
+  }
+  if (!filter.role().empty()) {
+    if (auto s = CheckName(filter.role(), absl::StrCat(field, ".role"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!v1::Phase_IsValid(filter.phase())) {
+    return Invalid(absl::StrCat(field, ".phase"), "unknown value");
+  }
+  if (filter.state() != v1::KEY_STATE_UNSPECIFIED &&
+      filter.state() != v1::KEY_STATE_HIT &&
+      filter.state() != v1::KEY_STATE_STALE) {
+    return Invalid(absl::StrCat(field, ".state"),
+                   "must be KEY_STATE_HIT or KEY_STATE_STALE (entries are "
+                   "either)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gputune

@@ -1,0 +1,44 @@
+// Input validation shared by the daemon (every RPC) and the client (before a
+// call, so bad input fails fast without I/O).
+//
+// Every function returns OK or INVALID_ARGUMENT whose message starts with the
+// offending field's path (e.g. "key.dense_bf16.tokens: must be 1..1048576,
+// got 0"), so a person can fix the request without reading code.
+#ifndef GPUTUNE_PROTO_VALIDATION_H_
+#define GPUTUNE_PROTO_VALIDATION_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "gputune/v1/tune.pb.h"
+
+namespace gputune {
+
+inline constexpr uint32_t kMaxDimension = 1u << 20;
+inline constexpr size_t kMaxNameLength = 64;      // op, role, kernel
+inline constexpr size_t kMaxParamsLength = 1024;  // custom params
+inline constexpr size_t kMaxCandidateSetLength = 128;
+inline constexpr size_t kMaxHolderLength = 256;
+inline constexpr size_t kMaxReasonLength = 1024;
+inline constexpr size_t kMaxExecutionParams = 64;
+inline constexpr size_t kMaxExecutionData = 64 * 1024;
+inline constexpr size_t kMaxMeasurements = 1024;
+
+absl::Status ValidateKey(const v1::Key& key, absl::string_view field);
+absl::Status ValidateExecution(const v1::Execution& exec,
+                               absl::string_view field);
+absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,
+                                 absl::string_view field);
+// A whole entry, as ImportEntries receives it.
+absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field);
+absl::Status ValidateHolder(absl::string_view holder, absl::string_view field);
+absl::Status ValidateReason(absl::string_view reason, absl::string_view field);
+// A filter's op/role strings (when set) and phase/state enum values.
+absl::Status ValidateFilter(const v1::EntryFilter& filter,
+                            absl::string_view field);
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_PROTO_VALIDATION_H_
