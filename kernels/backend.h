@@ -51,6 +51,8 @@ class Backend {
 
   // Allocates x, W (values from a deterministic generator seeded with seed,
   // in a realistic bf16 range), the output and the fp32-accumulated reference.
+  // Use FillUniformBf16 (bf16.h) with kStreamX / kStreamW: ToleranceFor is
+  // derived for its range, and every backend then sees the same inputs.
   virtual std::unique_ptr<Workload> Prepare(const DenseShape& shape,
                                             uint64_t seed) = 0;
 

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace gputune::kernels {
 
@@ -31,10 +33,16 @@ struct Execution {
   std::map<std::string, int64_t> params;  // family-specific, by name
   uint64_t workspace_bytes = 0;
 
-  // "kernel(a=1,b=2)" for logs and tables.
+  // "kernel(a=1,b=2)" for logs and tables, with " workspace_bytes=N" appended
+  // when workspace_bytes is not zero. ParseExecution reads it back.
   std::string ToString() const;
   friend bool operator==(const Execution&, const Execution&) = default;
 };
+
+// The inverse of Execution::ToString. Also accepts a bare kernel name ("k" for
+// "k()") and spaces around tokens. Returns nullopt on a syntax error, a
+// duplicate parameter or a value that does not fit int64.
+std::optional<Execution> ParseExecution(std::string_view text);
 
 // The device and software a measurement was taken on. Mirrors
 // gputune.v1.Fingerprint.

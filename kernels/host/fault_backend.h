@@ -1,0 +1,73 @@
+// FaultBackend: a TEST-ONLY Backend whose candidates misbehave on purpose, so
+// that the engine's and the daemon's handling of bad kernels can be tested
+// without a broken GPU. It lives in gputune_kernels_testing, never in
+// gputune_kernels; gputuned offers it only behind --backend=fault.
+//
+//   kernels::FaultBackend backend({{"fault.fixed", {{"time_us", 100}}},
+//                                  {"fault.fixed", {{"time_us", 97}}}});
+//   kernels::TuneReport r = kernels::TuneDense(backend, shape, options);
+//
+// Kernel families (parameters optional, defaults shown):
+//   host.*                           HostBackend's kernels, unchanged
+//   fault.wrong                      every 7th output is off by +16
+//   fault.throws    on_timing=0      throws std::runtime_error("injected
+//                                    failure") in validation, or (on_timing=1)
+//                                    only when timed
+//   fault.slow      sleep_ms=50      correct, but sleeps sleep_ms per run
+//   fault.fixed     time_us=100      correct; TimeSample reports exactly
+//                                    time_us per run without running anything,
+//                                    so selection tests are deterministic
+// Workloads are HostWorkloads; outputs start from host.naive's (correct) one.
+#ifndef GPUTUNE_KERNELS_HOST_FAULT_BACKEND_H_
+#define GPUTUNE_KERNELS_HOST_FAULT_BACKEND_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/dense.h"
+#include "kernels/host/host_backend.h"
+
+namespace gputune::kernels {
+
+class FaultBackend final : public Backend {
+ public:
+  // Offers `candidates` (the first is the default) for every shape.
+  explicit FaultBackend(
+      std::vector<Execution> candidates = DefaultCandidates());
+
+  // host.naive (default), host.unrolled(unroll=8), fault.wrong, fault.throws,
+  // fault.slow: a valid winner and one of each failure.
+  static std::vector<Execution> DefaultCandidates();
+
+  // Reads a candidate list written as Execution::ToString forms separated by
+  // ';', e.g. "fault.fixed(time_us=100);fault.fixed(time_us=97)" (for a
+  // --fault_candidates flag). On a syntax error or a kernel this backend
+  // cannot run returns an empty list and sets *error.
+  static std::vector<Execution> ParseCandidates(std::string_view spec,
+                                                std::string* error);
+
+  std::string Name() const override;  // "fault"
+  // The host's fingerprint with backend "fault", so fault-tuned entries never
+  // pass for host ones.
+  Fingerprint GetFingerprint() const override;
+  // The constructor's list, cut to max_candidates.
+  std::vector<Execution> Candidates(const DenseShape& shape,
+                                    int max_candidates) override;
+  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
+                                    uint64_t seed) override;
+  Comparison RunAndCompare(Workload& workload, const Execution& exec,
+                           double atol, double rtol) override;
+  double TimeSample(Workload& workload, const Execution& exec,
+                    int reps) override;
+
+ private:
+  HostBackend host_;
+  const std::vector<Execution> candidates_;
+};
+
+}  // namespace gputune::kernels
+
+#endif  // GPUTUNE_KERNELS_HOST_FAULT_BACKEND_H_

@@ -1,0 +1,202 @@
+#include "kernels/host/host_backend.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kernels/host/host_kernels.h"
+#include "kernels/reference.h"
+
+#ifndef GPUTUNE_KERNELS_BUILD
+#define GPUTUNE_KERNELS_BUILD "unknown build"
+#endif
+
+namespace gputune::kernels {
+namespace {
+
+// Rotation: enough input copies to cover twice the last-level cache, within
+// these bounds (memory is shared with the daemon's other work).
+constexpr size_t kMaxRotationBytes = size_t{256} << 20;
+constexpr int kMaxCopies = 8;
+constexpr size_t kAssumedCacheBytes = size_t{32} << 20;
+
+constexpr Bf16 kQuietNaN = 0x7fc0;
+
+size_t LastLevelCacheBytes() {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return static_cast<size_t>(l3);
+#endif
+  return kAssumedCacheBytes;
+}
+
+int CopiesFor(const DenseShape& shape) {
+  const size_t per_copy =
+      static_cast<size_t>((shape.m + shape.n) * shape.k) * sizeof(Bf16);
+  const size_t target = std::min(2 * LastLevelCacheBytes(), kMaxRotationBytes);
+  return static_cast<int>(std::clamp<size_t>(target / per_copy, 1,
+                                             static_cast<size_t>(kMaxCopies)));
+}
+
+// The CPU model as /proc/cpuinfo names it (x86: "model name"; Arm: "Model"
+// or "Hardware"), else the architecture.
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string fallback;
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string_view key(line.data(), colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) {
+      key.remove_suffix(1);
+    }
+    const size_t start = line.find_first_not_of(' ', colon + 1);
+    const std::string value =
+        start == std::string::npos ? "" : line.substr(start);
+    if (value.empty()) continue;
+    if (key == "model name") return value;
+    if ((key == "Model" || key == "Hardware") && fallback.empty()) {
+      fallback = value;
+    }
+  }
+  if (!fallback.empty()) return fallback;
+  utsname names{};
+  return uname(&names) == 0 ? std::string("unknown ") + names.machine
+                            : "unknown CPU";
+}
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+             : 0;
+}
+
+uint32_t HardwareThreads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies)
+    : shape_(shape), copies_(copies) {
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1 || copies < 1) {
+    throw std::invalid_argument(
+        "host workload needs m, n, k >= 1 and at least one copy");
+  }
+  const size_t x_size = static_cast<size_t>(shape.m * shape.k);
+  const size_t w_size = static_cast<size_t>(shape.n * shape.k);
+  x_.resize(x_size * copies);
+  w_.resize(w_size * copies);
+  y_.resize(static_cast<size_t>(shape.m * shape.n));
+  FillUniformBf16(seed, kStreamX, x_.data(), x_size);
+  FillUniformBf16(seed, kStreamW, w_.data(), w_size);
+  for (int c = 1; c < copies; ++c) {
+    std::copy_n(x_.begin(), x_size, x_.begin() + c * x_size);
+    std::copy_n(w_.begin(), w_size, w_.begin() + c * w_size);
+  }
+  reference_ = ReferenceDense(shape, x_.data(), w_.data());
+}
+
+const Bf16* HostWorkload::x(int copy) const {
+  return x_.data() + static_cast<size_t>(copy * shape_.m * shape_.k);
+}
+
+const Bf16* HostWorkload::w(int copy) const {
+  return w_.data() + static_cast<size_t>(copy * shape_.n * shape_.k);
+}
+
+int HostWorkload::NextCopy() {
+  const int copy = next_copy_;
+  next_copy_ = (next_copy_ + 1) % copies_;
+  return copy;
+}
+
+HostBackend::HostBackend() {
+  fingerprint_.backend = "host";
+  fingerprint_.device_name = CpuModel();
+  fingerprint_.processor_count = HardwareThreads();
+  fingerprint_.memory_bytes = PhysicalMemoryBytes();
+  fingerprint_.kernel_version = kKernelVersion;
+  fingerprint_.build = GPUTUNE_KERNELS_BUILD;
+}
+
+std::string HostBackend::Name() const { return "host"; }
+
+Fingerprint HostBackend::GetFingerprint() const { return fingerprint_; }
+
+std::vector<Execution> HostBackend::Candidates(const DenseShape& /*shape*/,
+                                               int max_candidates) {
+  std::vector<Execution> out = {
+      {"host.naive", {}},
+      {"host.unrolled", {{"unroll", 8}}},
+      {"host.unrolled", {{"unroll", 16}}},
+      {"host.blocked", {{"tile_m", 4}, {"tile_n", 16}, {"tile_k", 256}}},
+      {"host.blocked", {{"tile_m", 8}, {"tile_n", 8}, {"tile_k", 512}}},
+      // Decode-shaped: one row of x at a time, wide strips of W.
+      {"host.blocked", {{"tile_m", 1}, {"tile_n", 32}, {"tile_k", 1024}}},
+  };
+  const int64_t threads = fingerprint_.processor_count;
+  if (threads > 1) {
+    out.push_back({"host.threaded", {{"threads", threads}, {"tile", 8}}});
+    out.push_back({"host.threaded", {{"threads", threads}, {"tile", 64}}});
+  }
+  out.resize(
+      std::min(out.size(), static_cast<size_t>(std::max(1, max_candidates))));
+  return out;
+}
+
+std::unique_ptr<Workload> HostBackend::Prepare(const DenseShape& shape,
+                                               uint64_t seed) {
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
+    throw std::invalid_argument("dense shape needs m, n, k >= 1");
+  }
+  return std::make_unique<HostWorkload>(shape, seed, CopiesFor(shape));
+}
+
+Comparison HostBackend::RunAndCompare(Workload& workload, const Execution& exec,
+                                      double atol, double rtol) {
+  HostWorkload& wl = AsHost(workload);
+  const HostKernel kernel(exec);
+  std::fill_n(wl.y(), wl.outputs(), kQuietNaN);
+  kernel.Run(wl.shape(), wl.x(), wl.w(), wl.y());
+  return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);
+}
+
+double HostBackend::TimeSample(Workload& workload, const Execution& exec,
+                               int reps) {
+  HostWorkload& wl = AsHost(workload);
+  const HostKernel kernel(exec);
+  return MeanSecondsPerRun(reps, [&] {
+    const int copy = wl.NextCopy();
+    kernel.Run(wl.shape(), wl.x(copy), wl.w(copy), wl.y());
+  });
+}
+
+double MeanSecondsPerRun(int reps, const std::function<void()>& run) {
+  reps = std::max(reps, 1);
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) run();
+  const std::chrono::duration<double> elapsed =
+      std::chrono::steady_clock::now() - start;
+  return elapsed.count() / reps;
+}
+
+HostWorkload& HostBackend::AsHost(Workload& workload) {
+  auto* host = dynamic_cast<HostWorkload*>(&workload);
+  if (host == nullptr) {
+    throw std::invalid_argument("not a workload of the host backend");
+  }
+  return *host;
+}
+
+}  // namespace gputune::kernels

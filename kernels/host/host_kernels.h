@@ -1,0 +1,61 @@
+// The host (CPU) implementations of the dense bf16 op, one per kernel family.
+// HostBackend benchmarks them; the client library runs the chosen one:
+//
+//   kernels::RunHostExecution(entry_execution, shape, x, w, y);
+//
+// Families and their parameters (all required, no others accepted, so an
+// Execution names exactly one computation):
+//   host.naive                      one fp32 accumulator per output (default)
+//   host.unrolled   unroll          4, 8 or 16 independent fp32 accumulators
+//                                   so the compiler vectorises the dot product
+//   host.blocked    tile_m, tile_n  output tiles of [1, 64] x [1, 64]; K in
+//                   tile_k          slices of [8, 4096] converted to fp32 once
+//   host.threaded   threads, tile   n split into tiles of [1, 65536] columns
+//                                   that [1, 256] threads take in turn
+// Every family fixes each output's order of operations, so an Execution gives
+// bit-identical results on every run (whatever thread computes an output) and
+// on every machine running the same build (see Fingerprint::build).
+#ifndef GPUTUNE_KERNELS_HOST_HOST_KERNELS_H_
+#define GPUTUNE_KERNELS_HOST_HOST_KERNELS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/dense.h"
+
+namespace gputune::kernels {
+
+// An Execution checked once, to run many times (the benchmark's reps, or a
+// client's memoised choice). Immutable; Run may be called from any thread.
+class HostKernel {
+ public:
+  // Throws std::invalid_argument when exec is not a host family, or a
+  // parameter is missing, unknown or out of range, or workspace_bytes is not
+  // zero (host kernels need none).
+  explicit HostKernel(const Execution& exec);
+
+  // y[m][n] = bf16(sum_k x[m][k] * w[n][k]) for row-major, densely packed
+  // x[M][K], w[N][K], y[M][N] (bf16 bit patterns). Throws
+  // std::invalid_argument when a dimension of shape is below 1, and
+  // std::system_error when host.threaded cannot start a thread.
+  void Run(const DenseShape& shape, const uint16_t* x, const uint16_t* w,
+           uint16_t* y) const;
+
+ private:
+  enum class Family { kNaive, kUnrolled, kBlocked, kThreaded };
+  Family family_;
+  int64_t p0_ = 0;  // unroll | tile_m | threads
+  int64_t p1_ = 0;  // tile_n | tile
+  int64_t p2_ = 0;  // tile_k
+};
+
+// HostKernel(exec).Run(shape, x, w, y), with its exceptions.
+void RunHostExecution(const Execution& exec, const DenseShape& shape,
+                      const uint16_t* x, const uint16_t* w, uint16_t* y);
+
+// Empty when HostKernel accepts exec, else the reason it would throw.
+std::string HostExecutionError(const Execution& exec);
+
+}  // namespace gputune::kernels
+
+#endif  // GPUTUNE_KERNELS_HOST_HOST_KERNELS_H_

@@ -1,0 +1,42 @@
+#include "kernels/reference.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace gputune::kernels {
+
+std::vector<float> ReferenceDense(const DenseShape& shape, const Bf16* x,
+                                  const Bf16* w) {
+  std::vector<float> y(static_cast<size_t>(shape.m * shape.n));
+  for (int64_t m = 0; m < shape.m; ++m) {
+    for (int64_t n = 0; n < shape.n; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < shape.k; ++k) {
+        sum += static_cast<double>(Bf16ToFloat(x[m * shape.k + k])) *
+               static_cast<double>(Bf16ToFloat(w[n * shape.k + k]));
+      }
+      y[m * shape.n + n] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
+Comparison CompareWithReference(const Bf16* out, const float* ref, size_t count,
+                                double atol, double rtol) {
+  Comparison c;
+  for (size_t i = 0; i < count; ++i) {
+    const double got = Bf16ToFloat(out[i]);
+    const double want = ref[i];
+    if (!std::isfinite(got)) {
+      ++c.non_finite;
+      continue;
+    }
+    const double error = std::abs(got - want);
+    if (error > c.max_abs_error) c.max_abs_error = error;
+    if (error > atol + rtol * std::abs(want)) ++c.mismatches;
+  }
+  return c;
+}
+
+}  // namespace gputune::kernels

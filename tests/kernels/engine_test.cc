@@ -1,0 +1,501 @@
+// The benchmark engine (DESIGN.md, "Benchmarking"), driven through
+// FaultBackend's misbehaving and fixed-time candidates and the real host
+// backend.
+#include "kernels/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/host/fault_backend.h"
+#include "kernels/host/host_backend.h"
+#include "kernels/reference.h"
+#include "tests/support/catch.h"
+
+namespace gputune::kernels {
+namespace {
+
+const DenseShape kSmall{.m = 2, .n = 16, .k = 64};
+
+Execution Fixed(int64_t time_us) {
+  return {"fault.fixed", {{"time_us", time_us}}};
+}
+
+// Small budget: the suite has to stay fast.
+TuneOptions FastOptions() {
+  TuneOptions options;
+  options.budget_seconds = 0.1;
+  options.log = AutotuneLog::kDisabled;
+  return options;
+}
+
+TuneReport Tune(std::vector<Execution> candidates,
+                const TuneOptions& options = FastOptions(),
+                const TuneHooks& hooks = {}) {
+  FaultBackend backend(std::move(candidates));
+  return TuneDense(backend, kSmall, options, hooks);
+}
+
+const CandidateReport& Find(const TuneReport& report, const Execution& exec) {
+  for (const CandidateReport& c : report.candidates) {
+    if (c.execution == exec) return c;
+  }
+  throw std::logic_error("no candidate " + exec.ToString());
+}
+
+int ChosenCount(const TuneReport& report) {
+  int n = 0;
+  for (const CandidateReport& c : report.candidates) n += c.chosen ? 1 : 0;
+  return n;
+}
+
+TEST_CASE("tolerance scales with K") {
+  const Tolerance t64 = ToleranceFor(64);
+  const Tolerance t4096 = ToleranceFor(4096);
+  // atol grows with sqrt(k): 64 times the terms, 8 times the tolerance.
+  CHECK(t4096.atol == Approx(8 * t64.atol));
+  CHECK(ToleranceFor(1).atol < t64.atol);
+  // rtol is bf16's epsilon whatever k.
+  CHECK(t64.rtol == kBf16Epsilon);
+  CHECK(t4096.rtol == kBf16Epsilon);
+  // Far below the size of the result itself (|y| ~ sqrt(k)/3).
+  CHECK(t4096.atol < 0.05 * std::sqrt(4096.0) / 3);
+}
+
+TEST_CASE("the tolerance catches a single dropped term") {
+  const DenseShape shape{.m = 8, .n = 64, .k = 1000};
+  std::vector<Bf16> x(shape.m * shape.k), w(shape.n * shape.k);
+  FillUniformBf16(1, kStreamX, x.data(), x.size());
+  FillUniformBf16(1, kStreamW, w.data(), w.size());
+  const std::vector<float> ref = ReferenceDense(shape, x.data(), w.data());
+  // What a kernel that forgets the last k would produce.
+  std::vector<Bf16> dropped(ref.size()), correct(ref.size());
+  for (int64_t m = 0; m < shape.m; ++m) {
+    for (int64_t n = 0; n < shape.n; ++n) {
+      const int64_t last = shape.k - 1;
+      const float term = Bf16ToFloat(x[m * shape.k + last]) *
+                         Bf16ToFloat(w[n * shape.k + last]);
+      correct[m * shape.n + n] = FloatToBf16(ref[m * shape.n + n]);
+      dropped[m * shape.n + n] = FloatToBf16(ref[m * shape.n + n] - term);
+    }
+  }
+  const Tolerance tol = ToleranceFor(shape.k);
+  CHECK(CompareWithReference(correct.data(), ref.data(), ref.size(), tol.atol,
+                             tol.rtol)
+            .mismatches == 0);
+  CHECK(CompareWithReference(dropped.data(), ref.data(), ref.size(), tol.atol,
+                             tol.rtol)
+            .mismatches > 0);
+}
+
+TEST_CASE(
+    "the wrong-result candidate is never chosen and its failure is visible") {
+  const Execution wrong{"fault.wrong", {}};
+  // Even as the fastest-looking option it must lose: it is dropped before
+  // timing.
+  const TuneReport report = Tune({Fixed(100), wrong, Fixed(90)});
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Fixed(90));
+  const CandidateReport& c = Find(report, wrong);
+  CHECK(c.validation == CandidateValidation::kFailed);
+  CHECK_FALSE(c.chosen);
+  CHECK(c.samples == 0);
+  CHECK(c.max_abs_error >= 15);
+  CHECK_THAT(c.error, Catch::Contains("wrong results") &&
+                          Catch::Contains("differ from the reference"));
+}
+
+TEST_CASE("a throwing candidate is recorded with its message") {
+  const Execution throws{"fault.throws", {}};
+  const TuneReport report = Tune({Fixed(100), throws, Fixed(90)});
+  REQUIRE(report.ok);
+  const CandidateReport& c = Find(report, throws);
+  CHECK(c.validation == CandidateValidation::kError);
+  CHECK(c.error == "injected failure");
+  CHECK_FALSE(c.chosen);
+}
+
+TEST_CASE("a candidate that throws while being timed is dropped") {
+  const Execution throws{"fault.throws", {{"on_timing", 1}}};
+  const TuneReport report = Tune({Fixed(100), throws});
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Fixed(100));
+  const CandidateReport& c = Find(report, throws);
+  CHECK(c.validation == CandidateValidation::kError);
+  CHECK(c.error == "timing failed: injected failure");
+  CHECK_FALSE(c.chosen);
+}
+
+TEST_CASE("the slow candidate is cut by the budget") {
+  const Execution slow{"fault.slow", {{"sleep_ms", 50}}};
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 0.03;
+  const auto start = std::chrono::steady_clock::now();
+  FaultBackend backend(
+      {{"host.naive", {}}, {"host.unrolled", {{"unroll", 8}}}, slow});
+  const TuneReport report = TuneDense(backend, kSmall, options);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  REQUIRE(report.ok);
+  const CandidateReport& c = Find(report, slow);
+  CHECK(c.validation == CandidateValidation::kPassed);
+  CHECK_THAT(c.error, Catch::StartsWith("cut by budget"));
+  CHECK(c.samples == 0);
+  CHECK(c.median_seconds == 0);
+  CHECK_FALSE(c.chosen);
+  CHECK_FALSE(report.chosen == slow);
+  // Validation (one run) and one warm-up run, not the samples it would need.
+  CHECK(elapsed < 0.5);
+}
+
+TEST_CASE(
+    "min-improvement keeps the default when the winner is within the "
+    "threshold") {
+  // 99 us against 100 us is 1 %, below the default 2 % threshold.
+  const TuneReport report = Tune({Fixed(100), Fixed(99)});
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Fixed(100));
+  CHECK(report.candidates[0].is_default);
+  CHECK(report.candidates[0].chosen);
+  CHECK_FALSE(report.candidates[1].chosen);
+  CHECK(report.default_seconds == Approx(100e-6));
+  CHECK(report.chosen_seconds == Approx(100e-6));
+  CHECK(report.candidates[1].median_seconds == Approx(99e-6));
+}
+
+TEST_CASE("min-improvement picks the winner when it beats the threshold") {
+  SECTION("clearly faster") {
+    const TuneReport report = Tune({Fixed(100), Fixed(97), Fixed(99)});
+    REQUIRE(report.ok);
+    CHECK(report.chosen == Fixed(97));
+    CHECK(report.candidates[1].chosen);
+    CHECK(report.default_seconds == Approx(100e-6));
+    CHECK(report.chosen_seconds == Approx(97e-6));
+  }
+  SECTION("exactly on the threshold (at least 2 % is inclusive)") {
+    CHECK(Tune({Fixed(100), Fixed(98)}).chosen == Fixed(98));
+  }
+  SECTION("a threshold of zero takes any improvement") {
+    TuneOptions options = FastOptions();
+    options.min_improvement_bps = 0;
+    CHECK(Tune({Fixed(100), Fixed(99)}, options).chosen == Fixed(99));
+  }
+  SECTION("a higher threshold keeps the default") {
+    TuneOptions options = FastOptions();
+    options.min_improvement_bps = 500;
+    CHECK(Tune({Fixed(100), Fixed(97)}, options).chosen == Fixed(100));
+  }
+}
+
+TEST_CASE(
+    "when the default fails validation the fastest valid candidate wins") {
+  // 99 against 100 would not beat a valid default; with the default dropped
+  // there is nothing to keep.
+  const TuneReport report = Tune({{"fault.wrong", {}}, Fixed(100), Fixed(99)});
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Fixed(99));
+  CHECK(report.default_seconds == 0);
+  CHECK(report.candidates[0].is_default);
+  CHECK_FALSE(report.candidates[0].chosen);
+}
+
+TEST_CASE("a default cut by the budget loses to the fastest timed candidate") {
+  const Execution slow{"fault.slow", {{"sleep_ms", 30}}};
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 0.03;  // a 10 ms share each
+  const TuneReport report = Tune({slow, Fixed(100), Fixed(99)}, options);
+  REQUIRE(report.ok);
+  CHECK_THAT(report.candidates[0].error, Catch::StartsWith("cut by budget"));
+  CHECK(report.chosen == Fixed(99));
+  CHECK(report.default_seconds == 0);
+}
+
+TEST_CASE("when no candidate can be timed a valid default is kept") {
+  const Execution slow{"fault.slow", {{"sleep_ms", 30}}};
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 0.01;
+  const TuneReport report =
+      Tune({slow, {"fault.slow", {{"sleep_ms", 31}}}}, options);
+  REQUIRE(report.ok);
+  CHECK(report.chosen == slow);
+  CHECK(report.candidates[0].chosen);
+  CHECK(report.chosen_seconds == 0);
+  for (const CandidateReport& c : report.candidates) {
+    CHECK_THAT(c.error, Catch::StartsWith("cut by budget"));
+  }
+}
+
+TEST_CASE("timed candidates report median, spread and sample count") {
+  TuneOptions options = FastOptions();
+  options.max_samples = 7;
+  const TuneReport report = Tune({Fixed(100), Fixed(50)}, options);
+  REQUIRE(report.ok);
+  for (const CandidateReport& c : report.candidates) {
+    CHECK(c.validation == CandidateValidation::kPassed);
+    CHECK(c.samples == 7);
+    CHECK(c.spread_seconds == 0);
+    CHECK(c.error.empty());
+  }
+  CHECK(ChosenCount(report) == 1);
+}
+
+TEST_CASE("a single valid candidate is chosen without timing") {
+  std::vector<std::pair<int, int>> progress;
+  TuneHooks hooks;
+  hooks.progress = [&](int done, int total) {
+    progress.emplace_back(done, total);
+  };
+  const TuneReport report =
+      Tune({{"fault.wrong", {}}, {"host.naive", {}}, {"fault.throws", {}}},
+           FastOptions(), hooks);
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Execution{"host.naive", {}});
+  const CandidateReport& c = report.candidates[1];
+  CHECK(c.chosen);
+  CHECK(c.samples == 0);
+  CHECK(c.median_seconds == 0);
+  CHECK(report.chosen_seconds == 0);
+  CHECK(report.default_seconds == 0);
+  CHECK(progress == std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}});
+}
+
+TEST_CASE("no valid candidate fails the report with a reason") {
+  const TuneReport report = Tune({{"fault.wrong", {}}, {"fault.throws", {}}});
+  CHECK_FALSE(report.ok);
+  CHECK(ChosenCount(report) == 0);
+  CHECK_THAT(report.error,
+             Catch::StartsWith("no valid candidate among 2") &&
+                 Catch::Contains("fault.wrong(): wrong results") &&
+                 Catch::Contains("fault.throws(): injected failure"));
+  REQUIRE(report.candidates.size() == 2);
+}
+
+TEST_CASE("cancel stops the job") {
+  std::atomic<bool> cancel{false};
+  TuneHooks hooks;
+  hooks.cancel = &cancel;
+
+  SECTION("before it starts") {
+    cancel = true;
+    const TuneReport report =
+        Tune({Fixed(100), Fixed(50)}, FastOptions(), hooks);
+    CHECK_FALSE(report.ok);
+    CHECK(report.error == "cancelled");
+  }
+  SECTION("between candidates") {
+    int calls = 0;
+    hooks.progress = [&](int, int) {
+      ++calls;
+      cancel = true;
+    };
+    const TuneReport report =
+        Tune({Fixed(100), Fixed(50), Fixed(20)}, FastOptions(), hooks);
+    CHECK_FALSE(report.ok);
+    CHECK(report.error == "cancelled");
+    CHECK(calls == 1);
+    CHECK(ChosenCount(report) == 0);
+  }
+  SECTION("between samples of a long measurement") {
+    TuneOptions options = FastOptions();
+    options.budget_seconds = 30;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      cancel = true;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const TuneReport report = Tune({{"fault.slow", {{"sleep_ms", 10}}},
+                                    {"fault.slow", {{"sleep_ms", 20}}}},
+                                   options, hooks);
+    canceller.join();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    CHECK_FALSE(report.ok);
+    CHECK(report.error == "cancelled");
+    // Uncancelled, 2 x 100 samples of 10-20 ms would take seconds.
+    CHECK(elapsed < 1.0);
+  }
+}
+
+TEST_CASE("progress reports each candidate once, up to the total") {
+  std::vector<std::pair<int, int>> progress;
+  TuneHooks hooks;
+  hooks.progress = [&](int done, int total) {
+    progress.emplace_back(done, total);
+  };
+  const TuneReport report =
+      Tune({Fixed(100), {"fault.wrong", {}}, Fixed(50)}, FastOptions(), hooks);
+  REQUIRE(report.ok);
+  CHECK(progress == std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}});
+}
+
+TEST_CASE("the log level decides what is logged") {
+  const std::vector<Execution> candidates = {
+      Fixed(100), Fixed(50), Fixed(70), Fixed(60), {"fault.wrong", {}}};
+  auto logged = [&](AutotuneLog level) {
+    std::vector<std::pair<int, std::string>> lines;
+    TuneHooks hooks;
+    hooks.log = [&](int severity, const std::string& line) {
+      lines.emplace_back(severity, line);
+    };
+    TuneOptions options = FastOptions();
+    options.log = level;
+    REQUIRE(Tune(candidates, options, hooks).ok);
+    return lines;
+  };
+
+  SECTION("disabled: nothing") {
+    CHECK(logged(AutotuneLog::kDisabled).empty());
+  }
+  SECTION("minimal: the winner and the top-3 times, and dropped candidates") {
+    const auto lines = logged(AutotuneLog::kMinimal);
+    REQUIRE(lines.size() == 2);
+    CHECK(lines[0].first == 2);
+    CHECK_THAT(lines[0].second, Catch::Contains("fault.wrong()"));
+    CHECK(lines[1].first == 1);
+    CHECK_THAT(lines[1].second,
+               Catch::Contains("chose fault.fixed(time_us=50) at 50 us") &&
+                   Catch::Contains("2x the default's 100 us") &&
+                   Catch::Contains("fastest: fault.fixed(time_us=50) 50 us, "
+                                   "fault.fixed(time_us=60) 60 us, "
+                                   "fault.fixed(time_us=70) 70 us"));
+  }
+  SECTION("full: every candidate") {
+    const auto lines = logged(AutotuneLog::kFull);
+    for (const Execution& exec : candidates) {
+      const std::string name = exec.ToString();
+      int mentions = 0;
+      for (const auto& [severity, line] : lines) {
+        mentions += line.find("candidate " + name) != std::string::npos;
+      }
+      INFO(name);
+      CHECK(mentions >= 1);
+    }
+    CHECK(lines.size() > logged(AutotuneLog::kMinimal).size());
+  }
+}
+
+TEST_CASE("autotune log levels have names that parse back") {
+  for (AutotuneLog level :
+       {AutotuneLog::kDisabled, AutotuneLog::kMinimal, AutotuneLog::kFull}) {
+    bool ok = false;
+    CHECK(ParseAutotuneLog(AutotuneLogName(level), &ok) == level);
+    CHECK(ok);
+  }
+  CHECK(AutotuneLogName(AutotuneLog::kFull) == "full");
+  bool ok = true;
+  CHECK(ParseAutotuneLog("verbose", &ok) == AutotuneLog::kMinimal);
+  CHECK_FALSE(ok);
+}
+
+TEST_CASE("invalid options and shapes fail the report naming the field") {
+  SECTION("options") {
+    TuneOptions options = FastOptions();
+    options.min_samples = 5;
+    options.max_samples = 3;
+    CHECK(TuneOptionsError(options) ==
+          "max_samples (3) is below min_samples (5)");
+    const TuneReport report = Tune({Fixed(100)}, options);
+    CHECK_FALSE(report.ok);
+    CHECK_THAT(report.error, Catch::Contains("max_samples"));
+    CHECK(TuneOptionsError(FastOptions()).empty());
+    CHECK(TuneOptionsError(TuneOptions{}).empty());
+    options = FastOptions();
+    options.budget_seconds = 0;
+    CHECK_THAT(TuneOptionsError(options), Catch::StartsWith("budget_seconds"));
+  }
+  SECTION("shape") {
+    FaultBackend backend({Fixed(100)});
+    const TuneReport report =
+        TuneDense(backend, {.m = 1, .n = 0, .k = 8}, FastOptions());
+    CHECK_FALSE(report.ok);
+    CHECK(report.error == "invalid shape: n must be >= 1, got 0");
+  }
+}
+
+// A backend whose device is gone: Prepare throws.
+class NoDeviceBackend final : public Backend {
+ public:
+  std::string Name() const override { return "nodevice"; }
+  Fingerprint GetFingerprint() const override { return {}; }
+  std::vector<Execution> Candidates(const DenseShape&, int) override {
+    return {{"x", {}}};
+  }
+  std::unique_ptr<Workload> Prepare(const DenseShape&, uint64_t) override {
+    throw std::runtime_error("out of device memory");
+  }
+  Comparison RunAndCompare(Workload&, const Execution&, double,
+                           double) override {
+    return {};
+  }
+  double TimeSample(Workload&, const Execution&, int) override { return 1; }
+};
+
+TEST_CASE("a failing Prepare fails the report with the backend's message") {
+  NoDeviceBackend backend;
+  const TuneReport report = TuneDense(backend, kSmall, FastOptions());
+  CHECK_FALSE(report.ok);
+  CHECK_THAT(report.error, Catch::Contains("out of device memory"));
+}
+
+TEST_CASE(
+    "the host backend tunes end to end without choosing a slower kernel") {
+  HostBackend backend;
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 0.3;
+  const TuneReport report =
+      TuneDense(backend, {.m = 4, .n = 128, .k = 512}, options);
+  REQUIRE(report.ok);
+  CHECK(ChosenCount(report) == 1);
+  CHECK(report.candidates.front().is_default);
+  CHECK(report.default_seconds > 0);
+  CHECK(report.chosen_seconds > 0);
+  CHECK(report.chosen_seconds <= report.default_seconds);
+  for (const CandidateReport& c : report.candidates) {
+    INFO(c.execution.ToString() << ": " << c.error);
+    CHECK(c.validation == CandidateValidation::kPassed);
+    if (c.chosen) CHECK(c.samples > 0);
+  }
+}
+
+TEST_CASE("FaultBackend reads a candidate list and refuses unknown kernels") {
+  std::string error;
+  CHECK(FaultBackend::ParseCandidates(
+            "host.naive;fault.fixed(time_us=97);fault.slow(sleep_ms=5)",
+            &error) ==
+        std::vector<Execution>{
+            {"host.naive", {}}, Fixed(97), {"fault.slow", {{"sleep_ms", 5}}}});
+  CHECK(error.empty());
+  CHECK(
+      FaultBackend::ParseCandidates("host.naive;fault.bogus", &error).empty());
+  CHECK_THAT(error, Catch::Contains("fault.bogus"));
+  CHECK(FaultBackend::ParseCandidates("host.naive;(", &error).empty());
+  CHECK_THAT(error, Catch::Contains("syntax error"));
+  CHECK(FaultBackend().GetFingerprint().backend == "fault");
+}
+
+TEST_CASE("the default fault candidates exercise every failure in one job") {
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 0.05;
+  FaultBackend backend;
+  const TuneReport report = TuneDense(backend, kSmall, options);
+  REQUIRE(report.ok);
+  CHECK(report.chosen.kernel.starts_with("host."));
+  CHECK(Find(report, {"fault.wrong", {}}).validation ==
+        CandidateValidation::kFailed);
+  CHECK(Find(report, {"fault.throws", {}}).validation ==
+        CandidateValidation::kError);
+  CHECK_THAT(Find(report, {"fault.slow", {{"sleep_ms", 50}}}).error,
+             Catch::StartsWith("cut by budget"));
+}
+
+}  // namespace
+}  // namespace gputune::kernels
