@@ -1,0 +1,291 @@
+#include "kernels/cuda/cublaslt_dense.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/execution_params.h"
+
+namespace gputune::kernels {
+namespace {
+
+// bf16 in and out, fp32 accumulation and scale.
+constexpr cublasComputeType_t kComputeType = CUBLAS_COMPUTE_32F;
+constexpr cudaDataType_t kScaleType = CUDA_R_32F;
+constexpr cudaDataType_t kDataType = CUDA_R_16BF;
+
+template <typename T>
+T GetConfig(const cublasLtMatmulAlgo_t& algo,
+            cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  CheckCublas(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value,
+                                                   sizeof(value), &written),
+              "cublasLtMatmulAlgoConfigGetAttribute");
+  return value;
+}
+
+template <typename T>
+cublasStatus_t SetConfig(cublasLtMatmulAlgo_t* algo,
+                         cublasLtMatmulAlgoConfigAttributes_t attr, T value) {
+  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value,
+                                              sizeof(value));
+}
+
+// The largest of the algo's minimum A/B/C/D alignments; 256 (what cudaMalloc
+// gives) when the algo does not say.
+uint32_t MinAlignment(const cublasLtMatmulAlgo_t& algo) {
+  uint32_t result = 1;
+  for (const auto cap : {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES,
+                         CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+                         CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES,
+                         CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES}) {
+    uint32_t value = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, cap, &value, sizeof(value),
+                                          &written) != CUBLAS_STATUS_SUCCESS) {
+      return 256;
+    }
+    if (value > result) result = value;
+  }
+  return result;
+}
+
+class Preference {
+ public:
+  Preference() {
+    CheckCublas(cublasLtMatmulPreferenceCreate(&pref_),
+                "cublasLtMatmulPreferenceCreate");
+  }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref_); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+
+  template <typename T>
+  void Set(cublasLtMatmulPreferenceAttributes_t attr, T value) {
+    CheckCublas(cublasLtMatmulPreferenceSetAttribute(pref_, attr, &value,
+                                                     sizeof(value)),
+                "cublasLtMatmulPreferenceSetAttribute");
+  }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+}  // namespace
+
+Execution ToExecution(const LtAlgoConfig& config, uint64_t workspace_bytes) {
+  Execution e;
+  e.kernel = kCublasLtKernel;
+  e.params = {{"algo_id", config.algo_id},
+              {"tile", config.tile},
+              {"stages", config.stages},
+              {"splitk", config.splitk},
+              {"reduction_scheme", config.reduction_scheme},
+              {"swizzle", config.swizzle},
+              {"custom_option", config.custom_option},
+              {"inner_shape", config.inner_shape},
+              {"cluster_shape", config.cluster_shape}};
+  e.workspace_bytes = workspace_bytes;
+  return e;
+}
+
+bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
+                               std::string* error) {
+  if (execution.kernel != kCublasLtKernel) {
+    *error = "not a cuBLASLt execution: " + execution.kernel;
+    return false;
+  }
+  if (!OnlyKnownParams(
+          execution,
+          {"algo_id", "tile", "stages", "splitk", "reduction_scheme", "swizzle",
+           "custom_option", "inner_shape", "cluster_shape"},
+          error)) {
+    return false;
+  }
+  constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kU32 = std::numeric_limits<uint32_t>::max();
+  constexpr int64_t kU16 = std::numeric_limits<uint16_t>::max();
+  int64_t algo_id, tile, stages, splitk, reduction, swizzle, custom, inner,
+      cluster;
+  if (!ReadParam(execution, "algo_id", 0, kI32, &algo_id, error) ||
+      !ReadParam(execution, "tile", 0, kU32, &tile, error) ||
+      !ReadParam(execution, "stages", 0, kU32, &stages, error) ||
+      !ReadParam(execution, "splitk", 1, kI32, &splitk, error) ||
+      !ReadParam(execution, "reduction_scheme", 0, kU32, &reduction, error) ||
+      !ReadParam(execution, "swizzle", 0, kU32, &swizzle, error) ||
+      !ReadParam(execution, "custom_option", 0, kU32, &custom, error) ||
+      !ReadParam(execution, "inner_shape", 0, kU16, &inner, error) ||
+      !ReadParam(execution, "cluster_shape", 0, kU16, &cluster, error)) {
+    return false;
+  }
+  config->algo_id = static_cast<int32_t>(algo_id);
+  config->tile = static_cast<uint32_t>(tile);
+  config->stages = static_cast<uint32_t>(stages);
+  config->splitk = static_cast<int32_t>(splitk);
+  config->reduction_scheme = static_cast<uint32_t>(reduction);
+  config->swizzle = static_cast<uint32_t>(swizzle);
+  config->custom_option = static_cast<uint32_t>(custom);
+  config->inner_shape = static_cast<uint16_t>(inner);
+  config->cluster_shape = static_cast<uint16_t>(cluster);
+  return true;
+}
+
+LtAlgoConfig ReadAlgoConfig(const cublasLtMatmulAlgo_t& algo) {
+  LtAlgoConfig c;
+  c.algo_id = GetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID);
+  c.tile = GetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  c.stages = GetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  c.splitk = GetConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  c.reduction_scheme =
+      GetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  c.swizzle = GetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  c.custom_option =
+      GetConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  c.inner_shape =
+      GetConfig<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID);
+  c.cluster_shape =
+      GetConfig<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+  return c;
+}
+
+CublasLtDense::CublasLtDense(const DenseShape& shape) : shape_(shape) {
+  const auto m = static_cast<uint64_t>(shape.m);
+  const auto n = static_cast<uint64_t>(shape.n);
+  const auto k = static_cast<uint64_t>(shape.k);
+  try {
+    CheckCublas(cublasLtMatmulDescCreate(&op_, kComputeType, kScaleType),
+                "cublasLtMatmulDescCreate");
+    const cublasOperation_t transa = CUBLAS_OP_T;
+    const cublasOperation_t transb = CUBLAS_OP_N;
+    CheckCublas(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA,
+                                               &transa, sizeof(transa)),
+                "cublasLtMatmulDescSetAttribute(TRANSA)");
+    CheckCublas(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB,
+                                               &transb, sizeof(transb)),
+                "cublasLtMatmulDescSetAttribute(TRANSB)");
+    CheckCublas(cublasLtMatrixLayoutCreate(&w_layout_, kDataType, k, n,
+                                           static_cast<int64_t>(k)),
+                "cublasLtMatrixLayoutCreate(W)");
+    CheckCublas(cublasLtMatrixLayoutCreate(&x_layout_, kDataType, k, m,
+                                           static_cast<int64_t>(k)),
+                "cublasLtMatrixLayoutCreate(x)");
+    CheckCublas(cublasLtMatrixLayoutCreate(&y_layout_, kDataType, n, m,
+                                           static_cast<int64_t>(n)),
+                "cublasLtMatrixLayoutCreate(y)");
+  } catch (...) {
+    Release();
+    throw;
+  }
+}
+
+CublasLtDense::~CublasLtDense() { Release(); }
+
+void CublasLtDense::Release() {
+  if (y_layout_ != nullptr) cublasLtMatrixLayoutDestroy(y_layout_);
+  if (x_layout_ != nullptr) cublasLtMatrixLayoutDestroy(x_layout_);
+  if (w_layout_ != nullptr) cublasLtMatrixLayoutDestroy(w_layout_);
+  if (op_ != nullptr) cublasLtMatmulDescDestroy(op_);
+  y_layout_ = x_layout_ = w_layout_ = nullptr;
+  op_ = nullptr;
+}
+
+std::vector<cublasLtMatmulHeuristicResult_t> CublasLtDense::Heuristics(
+    cublasLtHandle_t handle, int count, uint64_t workspace_limit,
+    uint32_t alignment_bytes) const {
+  Preference pref;
+  pref.Set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_limit);
+  for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    pref.Set(attr, alignment_bytes);
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> results(count > 0 ? count : 1);
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, op_, w_layout_, x_layout_, y_layout_, y_layout_, pref.get(),
+      static_cast<int>(results.size()), results.data(), &returned);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return {};
+  CheckCublas(status, "cublasLtMatmulAlgoGetHeuristic");
+  std::vector<cublasLtMatmulHeuristicResult_t> usable;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+        results[i].workspaceSize <= workspace_limit) {
+      usable.push_back(results[i]);
+    }
+  }
+  return usable;
+}
+
+bool CublasLtDense::BuildAlgo(cublasLtHandle_t handle,
+                              const LtAlgoConfig& config, LtPlan* plan,
+                              std::string* error) const {
+  cublasLtMatmulAlgo_t algo{};
+  cublasStatus_t status = cublasLtMatmulAlgoInit(
+      handle, kComputeType, kScaleType, kDataType, kDataType, kDataType,
+      kDataType, config.algo_id, &algo);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    *error = CublasErrorMessage(status, "cublasLtMatmulAlgoInit") +
+             " (algo_id=" + std::to_string(config.algo_id) + ")";
+    return false;
+  }
+  const struct {
+    const char* name;
+    cublasStatus_t status;
+  } sets[] = {
+      {"tile", SetConfig(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, config.tile)},
+      {"stages",
+       SetConfig(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, config.stages)},
+      {"splitk",
+       SetConfig(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, config.splitk)},
+      {"reduction_scheme",
+       SetConfig(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                 config.reduction_scheme)},
+      {"swizzle",
+       SetConfig(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, config.swizzle)},
+      {"custom_option", SetConfig(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                  config.custom_option)},
+      {"inner_shape", SetConfig(&algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+                                config.inner_shape)},
+      {"cluster_shape", SetConfig(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                  config.cluster_shape)},
+  };
+  for (const auto& set : sets) {
+    if (set.status != CUBLAS_STATUS_SUCCESS) {
+      *error = CublasErrorMessage(set.status,
+                                  "cublasLtMatmulAlgoConfigSetAttribute") +
+               " (" + set.name + ")";
+      return false;
+    }
+  }
+  cublasLtMatmulHeuristicResult_t check{};
+  status = cublasLtMatmulAlgoCheck(handle, op_, w_layout_, x_layout_, y_layout_,
+                                   y_layout_, &algo, &check);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    *error = CublasErrorMessage(status, "cublasLtMatmulAlgoCheck");
+    return false;
+  }
+  plan->algo = algo;
+  plan->workspace_bytes = check.workspaceSize;
+  plan->min_alignment = MinAlignment(algo);
+  return true;
+}
+
+void CublasLtDense::Matmul(cublasLtHandle_t handle,
+                           const cublasLtMatmulAlgo_t& algo, const void* x,
+                           const void* w, void* y, void* workspace,
+                           uint64_t workspace_bytes,
+                           cudaStream_t stream) const {
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  CheckCublas(cublasLtMatmul(handle, op_, &alpha, w, w_layout_, x, x_layout_,
+                             &beta, y, y_layout_, y, y_layout_, &algo,
+                             workspace, workspace_bytes, stream),
+              "cublasLtMatmul");
+}
+
+}  // namespace gputune::kernels

@@ -1,0 +1,367 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/build_info.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/reference.h"
+#include "kernels/cuda/stream_delay.h"
+
+namespace gputune::kernels {
+namespace {
+
+// Pointers into one pool are rounded up to this: cuBLASLt's heuristics
+// assume 256-byte aligned operands, as cudaMalloc gives.
+constexpr uint64_t kAlignment = 256;
+// Rotation sets for tiny shapes are capped: beyond this the pool is only
+// partly cold, which matters little for shapes this small.
+constexpr uint64_t kMaxRotationSets = 1024;
+// A device-side delay longer than this would only mean the host is stalled.
+constexpr double kMaxDelaySeconds = 0.1;
+
+uint64_t AlignUp(uint64_t v) {
+  return (v + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+std::string FormatUuid(const cudaUUID_t& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char out[64];
+  std::snprintf(out, sizeof(out),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                "%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                b[10], b[11], b[12], b[13], b[14], b[15]);
+  return out;
+}
+
+// 13000 -> "13.0" (cudaDriverGetVersion / cudaRuntimeGetVersion encoding).
+std::string FormatCudaVersion(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+// 130100 -> "13.1.0" (CUBLAS_VERSION encoding).
+std::string FormatCublasVersion(size_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) +
+         "." + std::to_string(v % 100);
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The ordinal the device option names; throws std::runtime_error.
+int ResolveDevice(const std::string& device, int count) {
+  if (!device.empty() &&
+      std::all_of(device.begin(), device.end(),
+                  [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    const int ordinal = device.size() > 9 ? count : std::stoi(device);
+    if (ordinal >= count) {
+      throw std::runtime_error("device " + device + " does not exist: " +
+                               std::to_string(count) + " CUDA device(s)");
+    }
+    return ordinal;
+  }
+  std::string wanted = Lower(device);
+  if (wanted.rfind("gpu-", 0) != 0) wanted = "gpu-" + wanted;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    CheckCuda(cudaGetDeviceProperties(&prop, i), "cudaGetDeviceProperties");
+    if (Lower(FormatUuid(prop.uuid)) == wanted) return i;
+  }
+  throw std::runtime_error("no CUDA device has UUID " + device + " (" +
+                           std::to_string(count) + " device(s) visible)");
+}
+
+std::string ShapeString(const DenseShape& s) {
+  return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) +
+         " K=" + std::to_string(s.k);
+}
+
+// Cache key of an execution (kernel, params, workspace).
+std::string ExecKey(const Execution& e) {
+  std::string key = e.kernel;
+  for (const auto& [name, value] : e.params) {
+    key += ";" + name + "=" + std::to_string(value);
+  }
+  return key + ";ws=" + std::to_string(e.workspace_bytes);
+}
+
+CudaWorkload& AsCuda(Workload& workload) {
+  auto* cuda = dynamic_cast<CudaWorkload*>(&workload);
+  if (cuda == nullptr) {
+    throw std::invalid_argument("workload was not prepared by CudaBackend");
+  }
+  return *cuda;
+}
+
+}  // namespace
+
+CudaWorkload::~CudaWorkload() { cudaSetDevice(device_); }
+
+std::unique_ptr<CudaBackend> CudaBackend::Create(
+    const CudaBackendOptions& options, std::string* error) {
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  try {
+    backend->Open(options);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+  return backend;
+}
+
+void CudaBackend::Open(const CudaBackendOptions& options) {
+  options_ = options;
+  if (options_.heuristic_candidates < 1) {
+    throw std::invalid_argument("heuristic_candidates must be >= 1");
+  }
+  int count = 0;
+  CheckCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (count == 0) {
+    throw std::runtime_error("cudaGetDeviceCount: 0 CUDA devices visible");
+  }
+  device_ = ResolveDevice(options_.device, count);
+  CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
+
+  cudaDeviceProp prop{};
+  CheckCuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  sm_count_ = prop.multiProcessorCount;
+  l2_bytes_ = static_cast<uint64_t>(prop.l2CacheSize);
+  int driver = 0;
+  int runtime = 0;
+  CheckCuda(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  CheckCuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+
+  fingerprint_.backend = "cuda";
+  fingerprint_.device_name = prop.name;
+  fingerprint_.device_uuid = FormatUuid(prop.uuid);
+  fingerprint_.compute_capability =
+      std::to_string(prop.major) + "." + std::to_string(prop.minor);
+  fingerprint_.processor_count =
+      static_cast<uint32_t>(prop.multiProcessorCount);
+  fingerprint_.memory_bytes = prop.totalGlobalMem;
+  fingerprint_.driver_version = FormatCudaVersion(driver);
+  fingerprint_.runtime_version = FormatCudaVersion(runtime);
+  fingerprint_.cublaslt_version = FormatCublasVersion(cublasLtGetVersion());
+  fingerprint_.kernel_version = std::string(kKernelVersion);
+  fingerprint_.build = CudaBuildInfo();
+
+  CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags");
+  CheckCublas(cublasLtCreate(&lt_), "cublasLtCreate");
+  CheckCuda(cudaEventCreate(&start_), "cudaEventCreate");
+  CheckCuda(cudaEventCreate(&stop_), "cudaEventCreate");
+  workspace_ = DeviceBuffer(options_.workspace_limit_bytes);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  plans_.clear();
+  problem_.reset();
+  if (stop_ != nullptr) cudaEventDestroy(stop_);
+  if (start_ != nullptr) cudaEventDestroy(start_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::Activate() const {
+  CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+void CudaBackend::UseShape(const DenseShape& shape) {
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
+    throw std::invalid_argument("dense shape must have M, N, K >= 1, got " +
+                                ShapeString(shape));
+  }
+  if (problem_ != nullptr && problem_->shape().m == shape.m &&
+      problem_->shape().n == shape.n && problem_->shape().k == shape.k) {
+    return;
+  }
+  plans_.clear();
+  problem_.reset();
+  problem_ = std::make_shared<const CublasLtDense>(shape);
+}
+
+CudaBackend::Launcher CudaBackend::Resolve(const Execution& exec) {
+  for (const auto& extra : options_.extra_kernels) {
+    if (extra.name == exec.kernel) return {.extra = &extra};
+  }
+  const std::string key = ExecKey(exec);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    std::string error;
+    auto plan = DensePlan::Make(lt_, problem_, exec, &error);
+    if (plan == nullptr) throw std::runtime_error(error);
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  return {.plan = it->second.get()};
+}
+
+std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
+                                               int max_candidates) {
+  Activate();
+  UseShape(shape);
+  const uint64_t limit = workspace_.size();
+
+  std::vector<Execution> lt;
+  for (const auto& h : problem_->Heuristics(lt_, options_.heuristic_candidates,
+                                            limit, kAlignment)) {
+    Execution exec = ToExecution(ReadAlgoConfig(h.algo), h.workspaceSize);
+    // Offer only what a client can rebuild from the params alone, with the
+    // workspace the rebuilt algo needs.
+    std::string error;
+    auto plan = DensePlan::Make(lt_, problem_, exec, &error);
+    if (plan == nullptr) continue;
+    exec.workspace_bytes =
+        std::max(exec.workspace_bytes, plan->workspace_bytes());
+    if (exec.workspace_bytes > limit ||
+        std::find(lt.begin(), lt.end(), exec) != lt.end()) {
+      continue;
+    }
+    plans_.emplace(ExecKey(exec), std::move(plan));
+    lt.push_back(std::move(exec));
+  }
+
+  std::vector<Execution> own;
+  for (const auto& extra : options_.extra_kernels) {
+    own.push_back(Execution{extra.name, {}, 0});
+  }
+  for (const auto& params : GemvSplitKCandidates(shape, sm_count_)) {
+    Execution exec = ToExecution(params, shape);
+    if (exec.workspace_bytes <= limit) own.push_back(std::move(exec));
+  }
+
+  if (lt.empty() && own.empty()) {
+    throw std::runtime_error("no candidate for " + ShapeString(shape) +
+                             ": cuBLASLt's heuristic returned no usable algo");
+  }
+  // cuBLASLt's first result is the default. Beyond it, when not everything
+  // fits, own kernels get up to half the slots.
+  const size_t budget = static_cast<size_t>(std::max(max_candidates, 1));
+  size_t own_slots = std::min(own.size(), budget / 2);
+  const size_t lt_slots = std::min(lt.size(), budget - own_slots);
+  own_slots = std::min(own.size(), budget - lt_slots);
+  std::vector<Execution> out(lt.begin(), lt.begin() + lt_slots);
+  out.insert(out.end(), own.begin(), own.begin() + own_slots);
+  return out;
+}
+
+std::unique_ptr<Workload> CudaBackend::Prepare(const DenseShape& shape,
+                                               uint64_t seed) {
+  Activate();
+  UseShape(shape);
+  std::unique_ptr<CudaWorkload> w(new CudaWorkload());
+  w->device_ = device_;
+  w->shape_ = shape;
+  const uint64_t x_bytes = AlignUp(shape.m * shape.k * 2);
+  const uint64_t w_bytes = AlignUp(shape.n * shape.k * 2);
+  const uint64_t y_bytes = AlignUp(shape.m * shape.n * 2);
+  const uint64_t set_bytes = x_bytes + w_bytes + y_bytes;
+  // Between two uses of one set, the others touch at least 2 x L2. A set of
+  // 2 x L2 or more evicts its own beginning by the time it comes round.
+  const uint64_t cold = 2 * l2_bytes_;
+  const uint64_t sets =
+      set_bytes >= cold
+          ? 1
+          : std::min(kMaxRotationSets, (cold + set_bytes - 1) / set_bytes + 1);
+  w->pool_ = DeviceBuffer(sets * set_bytes);
+  auto* base = static_cast<char*>(w->pool_.get());
+  for (uint64_t i = 0; i < sets; ++i) {
+    char* p = base + i * set_bytes;
+    w->sets_.push_back({p, p + x_bytes, p + x_bytes + w_bytes});
+    DeviceFillDenseInputs(shape, p, p + x_bytes, seed + i, stream_);
+  }
+  w->reference_ = DeviceBuffer(shape.m * shape.n * sizeof(float));
+  w->compare_scratch_ = DeviceBuffer(kCompareScratchBytes);
+  DeviceReferenceDense(shape, w->x(), w->w(),
+                       static_cast<float*>(w->reference_.get()), stream_);
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return w;
+}
+
+void CudaBackend::Launch(const Launcher& launcher, const DenseShape& shape,
+                         const CudaWorkload::Set& set) {
+  if (launcher.extra != nullptr) {
+    launcher.extra->launch(DenseLaunch{shape, set.x, set.w, set.y,
+                                       workspace_.get(), workspace_.size(),
+                                       stream_});
+    return;
+  }
+  const DensePlan& plan = *launcher.plan;
+  const std::string why =
+      plan.CannotLaunch(set.x, set.w, set.y, workspace_.size());
+  if (!why.empty()) throw std::runtime_error(why);
+  plan.Launch(lt_, set.x, set.w, set.y, workspace_.get(), workspace_.size(),
+              stream_);
+}
+
+Comparison CudaBackend::RunAndCompare(Workload& workload, const Execution& exec,
+                                      double atol, double rtol) {
+  Activate();
+  CudaWorkload& w = AsCuda(workload);
+  UseShape(w.shape());
+  const CudaWorkload::Set& set = w.sets_[0];
+  const int64_t count = w.shape().m * w.shape().n;
+  // Poison: 0xFFFF is a bf16 NaN, so an output the candidate never writes
+  // counts as non-finite.
+  CheckCuda(cudaMemsetAsync(set.y, 0xFF, count * 2, stream_),
+            "cudaMemsetAsync");
+  Launch(Resolve(exec), w.shape(), set);
+  return DeviceCompareWithReference(set.y, w.reference(), count, atol, rtol,
+                                    w.compare_scratch_.get(), stream_);
+}
+
+double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
+                               int reps) {
+  Activate();
+  CudaWorkload& w = AsCuda(workload);
+  UseShape(w.shape());
+  reps = std::max(reps, 1);
+  const Launcher launcher = Resolve(exec);  // fails before holding the GPU
+  using Clock = std::chrono::steady_clock;
+  // The delay must outlast the host enqueueing all reps; when it did not (the
+  // start event already completed), the sample may contain launch gaps and is
+  // taken again with a longer delay.
+  for (int attempt = 0;; ++attempt) {
+    const double delay = std::min(
+        kMaxDelaySeconds, 20e-6 + 2.0 * reps * enqueue_seconds_per_launch_);
+    DelayStream(stream_, static_cast<uint64_t>(delay * 1e9));
+    CheckCuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) {
+      Launch(launcher, w.shape(), w.sets_[w.next_set_]);
+      w.next_set_ = (w.next_set_ + 1) % w.sets_.size();
+    }
+    const double enqueue =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    CheckCuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    const cudaError_t started = cudaEventQuery(start_);
+    if (started != cudaSuccess && started != cudaErrorNotReady) {
+      CheckCuda(started, "cudaEventQuery");
+    }
+    CheckCuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    enqueue_seconds_per_launch_ = std::max(enqueue / reps, 1e-6);
+    if (started == cudaErrorNotReady || delay >= kMaxDelaySeconds ||
+        attempt == 2) {
+      float ms = 0;
+      CheckCuda(cudaEventElapsedTime(&ms, start_, stop_),
+                "cudaEventElapsedTime");
+      return ms * 1e-3 / reps;
+    }
+  }
+}
+
+}  // namespace gputune::kernels

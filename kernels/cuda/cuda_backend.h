@@ -1,0 +1,189 @@
+// CudaBackend: the Backend (kernels/backend.h) for one CUDA device.
+//
+//   std::string error;
+//   auto backend = CudaBackend::Create({.device = "0"}, &error);
+//   if (backend == nullptr) { /* error: "cudaGetDeviceCount: ..." */ }
+//   Fingerprint fp = backend->GetFingerprint();
+//   TuneReport r = TuneDense(*backend, shape, options);
+//
+// Candidates for a shape: the cuBLASLt heuristic's top algos (the first one
+// is the default: what cuBLASLt runs untuned), then for decode shapes
+// (M <= 16) parameterisations of gputune's own split-K GEMV. Each is an
+// Execution complete enough to replay with DenseRunner in another process.
+//
+// Timing: every sample is preceded by a device-side delay so the reps run back
+// to back without host launch gaps (stream_delay.h), and each rep reads its own
+// copy of x and W from a rotation of input sets whose combined size exceeds
+// twice the L2 cache, so weights are read from HBM as they are in a real
+// model, where the other layers' weights evicted them. Rotation was chosen over
+// flushing L2 between samples because a sample is many reps: a flush would
+// make only the first rep cold, and decode weights (32 MiB for 4096 x 4096)
+// fit in the H100/H200's 50 MiB L2.
+//
+// Thread safety: not thread-safe (Backend's contract); any one thread at a
+// time may call it, and each call makes the backend's device current on that
+// thread.
+#ifndef GPUTUNE_KERNELS_CUDA_CUDA_BACKEND_H_
+#define GPUTUNE_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cublaslt_dense.h"
+#include "kernels/cuda/dense_plan.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/dense.h"
+
+namespace gputune::kernels {
+
+// Arguments of one launch of a dense kernel.
+struct DenseLaunch {
+  DenseShape shape;
+  const void* x = nullptr;  // [M,K] bf16, row-major
+  const void* w = nullptr;  // [N,K] bf16, row-major
+  void* y = nullptr;        // [M,N] bf16, row-major
+  void* workspace = nullptr;
+  uint64_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// A kernel family supplied by the caller instead of built in: the test suite
+// injects a deliberately wrong one to prove validation rejects it.
+struct ExtraKernel {
+  std::string name;  // Execution::kernel; must not clash with a built-in
+  // Enqueues the kernel; throws std::exception when it cannot run.
+  std::function<void(const DenseLaunch&)> launch;
+};
+
+struct CudaBackendOptions {
+  // Device ordinal ("0") or UUID as nvidia-smi prints it ("GPU-8f3c...",
+  // case-insensitive, the "GPU-" prefix optional).
+  std::string device = "0";
+  // How many cuBLASLt heuristic results to ask for.
+  int heuristic_candidates = kDefaultHeuristicCandidates;
+  // The most workspace any candidate may use; allocated once.
+  uint64_t workspace_limit_bytes = 32ull << 20;
+  // Appended after the built-in candidates, one Execution (no params) each.
+  // Empty in production.
+  std::vector<ExtraKernel> extra_kernels;
+};
+
+// The buffers of one prepared shape. Set 0 is what RunAndCompare runs on and
+// what the accessors return; TimeSample rotates through all sets.
+class CudaWorkload final : public Workload {
+ public:
+  ~CudaWorkload() override;
+
+  const DenseShape& shape() const { return shape_; }
+  const void* x() const { return sets_[0].x; }
+  const void* w() const { return sets_[0].w; }
+  // The output of the last RunAndCompare.
+  const void* y() const { return sets_[0].y; }
+  // [M,N] fp32 reference for set 0.
+  const float* reference() const {
+    return static_cast<const float*>(reference_.get());
+  }
+  // Input sets TimeSample rotates through.
+  int rotation_sets() const { return static_cast<int>(sets_.size()); }
+
+ private:
+  friend class CudaBackend;
+  struct Set {
+    void* x;
+    void* w;
+    void* y;
+  };
+  CudaWorkload() = default;
+
+  int device_ = 0;
+  DenseShape shape_;
+  DeviceBuffer pool_;  // every set's x, W and y
+  DeviceBuffer reference_;
+  DeviceBuffer compare_scratch_;
+  std::vector<Set> sets_;
+  size_t next_set_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Opens the device, creates the stream, the cuBLASLt handle, the workspace
+  // and timing events. Returns nullptr and sets *error when there is no usable
+  // device, naming the failing call and CUDA's error string (e.g.
+  // "cudaGetDeviceCount: no CUDA-capable device is detected") or the device
+  // option that matched nothing.
+  static std::unique_ptr<CudaBackend> Create(const CudaBackendOptions& options,
+                                             std::string* error);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // Backend. Every method throws std::runtime_error naming the CUDA or
+  // cuBLASLt call and its error string on a device error, and std::exception
+  // when an execution cannot run (unknown kernel, bad params, algo check).
+  std::string Name() const override { return "cuda"; }
+  Fingerprint GetFingerprint() const override { return fingerprint_; }
+  std::vector<Execution> Candidates(const DenseShape& shape,
+                                    int max_candidates) override;
+  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
+                                    uint64_t seed) override;
+  Comparison RunAndCompare(Workload& workload, const Execution& exec,
+                           double atol, double rtol) override;
+  double TimeSample(Workload& workload, const Execution& exec,
+                    int reps) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  int sm_count() const { return sm_count_; }
+  uint64_t l2_bytes() const { return l2_bytes_; }
+
+ private:
+  CudaBackend() = default;
+  // Opens the device; throws std::runtime_error.
+  void Open(const CudaBackendOptions& options);
+  // Makes the device current on the calling thread.
+  void Activate() const;
+  // The cuBLASLt descriptors of the shape, rebuilt (and the plan cache
+  // cleared) when the shape changes.
+  void UseShape(const DenseShape& shape);
+  // An execution resolved once, launched many times: exactly one is set.
+  struct Launcher {
+    const ExtraKernel* extra = nullptr;
+    const DensePlan* plan = nullptr;
+  };
+  // Throws std::runtime_error when exec cannot run here.
+  Launcher Resolve(const Execution& exec);
+  // Enqueues one run on one input set; throws when it cannot run.
+  void Launch(const Launcher& launcher, const DenseShape& shape,
+              const CudaWorkload::Set& set);
+
+  // Constant after Create.
+  CudaBackendOptions options_;
+  int device_ = 0;
+  int sm_count_ = 0;
+  uint64_t l2_bytes_ = 0;
+  Fingerprint fingerprint_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  DeviceBuffer workspace_;
+
+  // Per-shape caches, valid for problem_->shape().
+  std::shared_ptr<const CublasLtDense> problem_;
+  std::map<std::string, std::unique_ptr<DensePlan>> plans_;  // by exec key
+  // Host time to enqueue one launch, learnt from earlier samples; sizes the
+  // delay that keeps the GPU waiting until all reps are enqueued.
+  double enqueue_seconds_per_launch_ = 20e-6;
+};
+
+}  // namespace gputune::kernels
+
+#endif  // GPUTUNE_KERNELS_CUDA_CUDA_BACKEND_H_

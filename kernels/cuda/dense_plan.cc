@@ -1,0 +1,76 @@
+#include "kernels/cuda/dense_plan.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace gputune::kernels {
+namespace {
+
+bool Aligned(const void* p, uint32_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+}  // namespace
+
+std::unique_ptr<DensePlan> DensePlan::Make(
+    cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
+    const Execution& execution, std::string* error) {
+  if (execution.kernel == kCublasLtKernel) {
+    LtAlgoConfig config;
+    if (!LtAlgoConfigFromExecution(execution, &config, error)) return nullptr;
+    std::unique_ptr<DensePlan> plan(
+        new DensePlan(std::move(problem), Family::kCublasLt));
+    if (!plan->problem_->BuildAlgo(handle, config, &plan->lt_, error)) {
+      return nullptr;
+    }
+    plan->workspace_bytes_ = plan->lt_.workspace_bytes;
+    plan->min_alignment_ = plan->lt_.min_alignment;
+    return plan;
+  }
+  if (execution.kernel == kGemvSplitKKernel) {
+    std::unique_ptr<DensePlan> plan(
+        new DensePlan(std::move(problem), Family::kGemvSplitK));
+    if (!GemvSplitKParamsFromExecution(execution, plan->shape(), &plan->gemv_,
+                                       error)) {
+      return nullptr;
+    }
+    plan->workspace_bytes_ =
+        GemvSplitKWorkspaceBytes(plan->gemv_, plan->shape());
+    plan->min_alignment_ = 16;
+    return plan;
+  }
+  *error = "unknown kernel \"" + execution.kernel + "\"";
+  return nullptr;
+}
+
+std::string DensePlan::CannotLaunch(const void* x, const void* w, const void* y,
+                                    uint64_t workspace_bytes) const {
+  if (workspace_bytes < workspace_bytes_) {
+    return "workspace too small: needs " + std::to_string(workspace_bytes_) +
+           " bytes, got " + std::to_string(workspace_bytes);
+  }
+  if (!Aligned(x, min_alignment_) || !Aligned(w, min_alignment_) ||
+      !Aligned(y, min_alignment_)) {
+    return "x, W and y must be " + std::to_string(min_alignment_) +
+           "-byte aligned";
+  }
+  return {};
+}
+
+void DensePlan::Launch(cublasLtHandle_t handle, const void* x, const void* w,
+                       void* y, void* workspace, uint64_t workspace_bytes,
+                       cudaStream_t stream) const {
+  switch (family_) {
+    case Family::kCublasLt:
+      problem_->Matmul(handle, lt_.algo, x, w, y, workspace, workspace_bytes,
+                       stream);
+      return;
+    case Family::kGemvSplitK:
+      LaunchGemvSplitK(gemv_, shape(), x, w, y, workspace, stream);
+      return;
+  }
+}
+
+}  // namespace gputune::kernels

@@ -1,0 +1,63 @@
+// DensePlan: one Execution resolved for one shape on the current device, ready
+// to launch. The backend measures through it and DenseRunner replays through
+// it, so a client runs the same rebuilt cuBLASLt algo (or the same own-kernel
+// launch) that the daemon validated and timed.
+#ifndef GPUTUNE_KERNELS_CUDA_DENSE_PLAN_H_
+#define GPUTUNE_KERNELS_CUDA_DENSE_PLAN_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/cublaslt_dense.h"
+#include "kernels/cuda/gemv_splitk.h"
+#include "kernels/dense.h"
+
+namespace gputune::kernels {
+
+class DensePlan {
+ public:
+  // Resolves the execution for problem->shape(): parses its params and, for
+  // cuBLASLt, rebuilds and checks the algo with the handle. Returns nullptr
+  // and sets *error (why it cannot run here: unknown kernel, bad params,
+  // cublasLtMatmulAlgoCheck refused) on failure. Never throws.
+  static std::unique_ptr<DensePlan> Make(
+      cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
+      const Execution& execution, std::string* error);
+
+  const DenseShape& shape() const { return problem_->shape(); }
+  // Workspace bytes a launch needs.
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  // Alignment in bytes that x, w and y must have.
+  uint32_t min_alignment() const { return min_alignment_; }
+
+  // Empty when the pointers and workspace can take this plan,
+  // else why not (for a caller that would rather fall back than throw).
+  std::string CannotLaunch(const void* x, const void* w, const void* y,
+                           uint64_t workspace_bytes) const;
+
+  // Enqueues y = x * W^T on the stream. Throws std::runtime_error when the
+  // launch is refused.
+  void Launch(cublasLtHandle_t handle, const void* x, const void* w, void* y,
+              void* workspace, uint64_t workspace_bytes,
+              cudaStream_t stream) const;
+
+ private:
+  enum class Family { kCublasLt, kGemvSplitK };
+  DensePlan(std::shared_ptr<const CublasLtDense> problem, Family family)
+      : problem_(std::move(problem)), family_(family) {}
+
+  const std::shared_ptr<const CublasLtDense> problem_;
+  const Family family_;
+  LtPlan lt_;              // kCublasLt
+  GemvSplitKParams gemv_;  // kGemvSplitK
+  uint64_t workspace_bytes_ = 0;
+  uint32_t min_alignment_ = 1;
+};
+
+}  // namespace gputune::kernels
+
+#endif  // GPUTUNE_KERNELS_CUDA_DENSE_PLAN_H_

@@ -1,0 +1,227 @@
+// CudaBackend on a real device: fingerprint, inputs and reference, every
+// candidate valid on a table of shapes, and validation that rejects wrong
+// candidates. Each test skips (and says so) without a device.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/cuda/dense_runner.h"
+#include "kernels/cuda/gemv_splitk.h"
+#include "kernels/dense.h"
+#include "kernels/engine.h"
+#include "kernels/reference.h"
+#include "tests/gpu/gpu_test_support.h"
+#include "tests/support/catch.h"
+
+namespace gputune::kernels {
+namespace {
+
+using testing::CopyToHost;
+using testing::MakeBackend;
+using testing::ShapeName;
+
+// Decode and prefill M; K x N with and without tails (K % 256, N % 64 and
+// K % 8 != 0, where only cuBLASLt applies).
+std::vector<DenseShape> ShapeTable() {
+  std::vector<DenseShape> shapes;
+  for (const int64_t m : {1, 4, 16, 128}) {
+    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {256, 512}, {4096, 1024}, {1024, 4096}, {1000, 333}, {1001, 64}}) {
+      shapes.push_back({.m = m, .n = n, .k = k});
+    }
+  }
+  return shapes;
+}
+
+TEST_CASE("the CUDA fingerprint names the device and every software version") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  const Fingerprint fp = backend->GetFingerprint();
+  CHECK(fp.backend == "cuda");
+  CHECK_FALSE(fp.device_name.empty());
+  CHECK(std::regex_match(
+      fp.device_uuid,
+      std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                 "[0-9a-f]{12}")));
+  CHECK(std::regex_match(fp.compute_capability, std::regex("[0-9]+\\.[0-9]")));
+  CHECK(fp.processor_count > 0);
+  CHECK(fp.memory_bytes > 0);
+  CHECK(std::regex_match(fp.driver_version, std::regex("[0-9]+\\.[0-9]+")));
+  CHECK(std::regex_match(fp.runtime_version, std::regex("[0-9]+\\.[0-9]+")));
+  CHECK(std::regex_match(fp.cublaslt_version,
+                         std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
+  CHECK(fp.kernel_version == kKernelVersion);
+  CHECK(fp.build.find("nvcc") == 0);
+
+  // The UUID selects the same device, in any case, with or without "GPU-".
+  std::string upper = fp.device_uuid.substr(4);
+  std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
+  CudaBackendOptions options;
+  options.device = upper;
+  auto by_uuid = MakeBackend(options);
+  CHECK(by_uuid->GetFingerprint() == fp);
+}
+
+TEST_CASE(
+    "device inputs are the host generator's and the device reference "
+    "matches the host's double-precision one") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  for (const DenseShape shape : {DenseShape{.m = 3, .n = 70, .k = 520},
+                                 DenseShape{.m = 65, .n = 129, .k = 33}}) {
+    INFO(ShapeName(shape));
+    auto workload = backend->Prepare(shape, 42);
+    const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
+    const std::vector<Bf16> x = CopyToHost<Bf16>(wl.x(), shape.m * shape.k);
+    const std::vector<Bf16> w = CopyToHost<Bf16>(wl.w(), shape.n * shape.k);
+    std::vector<Bf16> host_x(x.size()), host_w(w.size());
+    FillUniformBf16(42, kStreamX, host_x.data(), host_x.size());
+    FillUniformBf16(42, kStreamW, host_w.data(), host_w.size());
+    CHECK(x == host_x);
+    CHECK(w == host_w);
+
+    const std::vector<float> ref =
+        CopyToHost<float>(wl.reference(), shape.m * shape.n);
+    const std::vector<float> exact = ReferenceDense(shape, x.data(), w.data());
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(ref[i]) - exact[i]) /
+                                  (1.0 + std::abs(exact[i])));
+    }
+    CHECK(worst < 1e-4);
+  }
+}
+
+TEST_CASE(
+    "the default is cuBLASLt's first heuristic result and own kernels "
+    "are offered for decode") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  const auto decode = backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 16);
+  REQUIRE(decode.size() >= 2);
+  CHECK(decode.front().kernel == "cublaslt");
+  CHECK(std::any_of(decode.begin(), decode.end(), [](const Execution& e) {
+    return e.kernel == kGemvSplitKKernel;
+  }));
+  const auto prefill =
+      backend->Candidates({.m = 128, .n = 4096, .k = 4096}, 16);
+  CHECK(std::none_of(prefill.begin(), prefill.end(), [](const Execution& e) {
+    return e.kernel == kGemvSplitKKernel;
+  }));
+  CHECK(backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 1).size() == 1);
+  for (const auto& e : decode) CHECK(e.workspace_bytes <= 32u << 20);
+}
+
+TEST_CASE("every candidate validates on the shape table") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  for (const DenseShape& shape : ShapeTable()) {
+    INFO(ShapeName(shape));
+    const auto candidates = backend->Candidates(shape, 32);
+    REQUIRE_FALSE(candidates.empty());
+    auto workload = backend->Prepare(shape, 0x5eed);
+    const Tolerance tol = ToleranceFor(shape.k);
+    for (const Execution& exec : candidates) {
+      INFO(exec.ToString());
+      const Comparison c =
+          backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+      CHECK(c.non_finite == 0);
+      CHECK(c.mismatches == 0);
+      // Timing goes through the same launch path with rotated inputs.
+      CHECK(backend->TimeSample(*workload, exec, 3) > 0);
+    }
+  }
+}
+
+// A test-only kernel family: runs the default correctly, then overwrites one
+// output element with 3.5e9 (bf16 0x4F4F), far outside any tolerance.
+ExtraKernel WrongKernel(DenseRunner& runner) {
+  return {"gputune.test_wrong", [&runner](const DenseLaunch& l) {
+            const DenseRunResult r =
+                runner.Run(Execution{}, l.shape, l.x, l.w, l.y, l.stream,
+                           l.workspace, l.workspace_bytes);
+            if (!r.ok) throw std::runtime_error(r.message);
+            const int64_t middle = l.shape.m * l.shape.n / 2;
+            CheckCuda(cudaMemsetAsync(static_cast<char*>(l.y) + 2 * middle,
+                                      0x4F, 2, l.stream),
+                      "cudaMemsetAsync");
+          }};
+}
+
+TEST_CASE(
+    "a candidate with one wrong output element is rejected and never "
+    "chosen") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  std::string error;
+  auto runner = DenseRunner::Create(&error);
+  REQUIRE(runner != nullptr);
+  CudaBackendOptions options;
+  options.extra_kernels.push_back(WrongKernel(*runner));
+  auto backend = MakeBackend(options);
+  const DenseShape shape{.m = 4, .n = 1024, .k = 4096};
+
+  auto workload = backend->Prepare(shape, 1);
+  const Tolerance tol = ToleranceFor(shape.k);
+  const Comparison c = backend->RunAndCompare(
+      *workload, Execution{"gputune.test_wrong", {}, 0}, tol.atol, tol.rtol);
+  CHECK(c.mismatches == 1);
+  CHECK(c.non_finite == 0);
+
+  TuneOptions tune;
+  tune.budget_seconds = 0.3;
+  const TuneReport report = TuneDense(*backend, shape, tune);
+  REQUIRE(report.ok);
+  CHECK(report.chosen.kernel != "gputune.test_wrong");
+  bool seen = false;
+  for (const CandidateReport& cand : report.candidates) {
+    if (cand.execution.kernel != "gputune.test_wrong") continue;
+    seen = true;
+    CHECK(cand.validation == CandidateValidation::kFailed);
+    CHECK_FALSE(cand.chosen);
+    CHECK(cand.error.find("wrong results") != std::string::npos);
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("a candidate that leaves outputs unwritten is caught by the poison") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  CudaBackendOptions options;
+  options.extra_kernels.push_back(
+      {"gputune.test_lazy", [](const DenseLaunch&) {}});
+  auto backend = MakeBackend(options);
+  const DenseShape shape{.m = 2, .n = 256, .k = 512};
+  auto workload = backend->Prepare(shape, 1);
+  const Comparison c = backend->RunAndCompare(
+      *workload, Execution{"gputune.test_lazy", {}, 0}, 1.0, 0.0);
+  CHECK(c.non_finite == shape.m * shape.n);
+}
+
+TEST_CASE("an execution the backend cannot run throws with the reason") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  const DenseShape shape{.m = 4, .n = 1024, .k = 1024};
+  auto workload = backend->Prepare(shape, 1);
+  Execution bad = ToExecution(GemvSplitKParams{.m_tile = 4}, shape);
+  bad.params["rows_per_warp"] = 3;
+  CHECK_THROWS_WITH(backend->RunAndCompare(*workload, bad, 1, 0),
+                    Catch::Contains("rows_per_warp=3"));
+  CHECK_THROWS_WITH(backend->TimeSample(*workload, bad, 1),
+                    Catch::Contains("rows_per_warp=3"));
+  Execution bogus = ToExecution(LtAlgoConfig{.algo_id = 1 << 30}, 0);
+  CHECK_THROWS_WITH(backend->RunAndCompare(*workload, bogus, 1, 0),
+                    Catch::Contains("cublasLtMatmulAlgo"));
+  CHECK_THROWS_WITH(backend->RunAndCompare(
+                        *workload, Execution{"no.such.kernel", {}, 0}, 1, 0),
+                    Catch::Contains("unknown kernel"));
+}
+
+}  // namespace
+}  // namespace gputune::kernels

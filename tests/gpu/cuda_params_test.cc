@@ -1,0 +1,174 @@
+// What the CUDA backend does without a device: Create fails with CUDA's own
+// error, and executions round-trip between params and typed configs. Runs on
+// every machine.
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cublaslt_dense.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemv_splitk.h"
+#include "kernels/dense.h"
+#include "tests/gpu/gpu_test_support.h"
+#include "tests/support/catch.h"
+
+namespace gputune::kernels {
+namespace {
+
+using testing::HasCudaDevice;
+
+TEST_CASE(
+    "CudaBackend::Create without a usable device returns null and "
+    "names the CUDA error") {
+  std::string error;
+  if (!HasCudaDevice()) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    auto backend = CudaBackend::Create({}, &error);
+    CHECK(backend == nullptr);
+    INFO(error);
+    if (status != cudaSuccess) {
+      CHECK(error ==
+            std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status));
+    } else {
+      CHECK(error.find("cudaGetDeviceCount") != std::string::npos);
+    }
+    return;
+  }
+  // With a device, a device option that names nothing fails the same way.
+  for (const std::string device :
+       {"99", "GPU-00000000-0000-0000-0000-000000000000"}) {
+    CudaBackendOptions options;
+    options.device = device;
+    CHECK(CudaBackend::Create(options, &error) == nullptr);
+    CHECK(error.find(device) != std::string::npos);
+  }
+  CHECK(error.find("no CUDA device has UUID") != std::string::npos);
+}
+
+TEST_CASE(
+    "a cuBLASLt execution carries every algo config attribute and "
+    "round-trips") {
+  const LtAlgoConfig config{.algo_id = 66,
+                            .tile = 20,
+                            .stages = 35,
+                            .splitk = 4,
+                            .reduction_scheme = 2,
+                            .swizzle = 1,
+                            .custom_option = 3,
+                            .inner_shape = 7,
+                            .cluster_shape = 12};
+  const Execution exec = ToExecution(config, 1 << 20);
+  CHECK(exec.kernel == "cublaslt");
+  CHECK(exec.workspace_bytes == 1u << 20);
+  for (const char* name :
+       {"algo_id", "tile", "stages", "splitk", "reduction_scheme", "swizzle",
+        "custom_option", "inner_shape", "cluster_shape"}) {
+    INFO(name);
+    CHECK(exec.params.count(name) == 1);
+  }
+
+  // Through text, as an entry travels to a client and back.
+  const std::optional<Execution> parsed = ParseExecution(exec.ToString());
+  REQUIRE(parsed.has_value());
+  CHECK(*parsed == exec);
+
+  LtAlgoConfig back;
+  std::string error;
+  REQUIRE(LtAlgoConfigFromExecution(*parsed, &back, &error));
+  CHECK(back == config);
+}
+
+TEST_CASE(
+    "a cuBLASLt execution with a missing, unknown or out-of-range "
+    "param is refused by name") {
+  const Execution good = ToExecution(LtAlgoConfig{}, 0);
+  LtAlgoConfig config;
+  std::string error;
+
+  Execution missing = good;
+  missing.params.erase("stages");
+  CHECK_FALSE(LtAlgoConfigFromExecution(missing, &config, &error));
+  CHECK(error.find("stages") != std::string::npos);
+
+  Execution unknown = good;
+  unknown.params["heuristic_index"] = 0;
+  CHECK_FALSE(LtAlgoConfigFromExecution(unknown, &config, &error));
+  CHECK(error.find("heuristic_index") != std::string::npos);
+
+  Execution range = good;
+  range.params["inner_shape"] = 70000;  // a uint16_t attribute
+  CHECK_FALSE(LtAlgoConfigFromExecution(range, &config, &error));
+  CHECK(error.find("inner_shape") != std::string::npos);
+
+  Execution other = good;
+  other.kernel = "gputune.gemv_splitk";
+  CHECK_FALSE(LtAlgoConfigFromExecution(other, &config, &error));
+}
+
+TEST_CASE(
+    "gemv_splitk candidates are distinct, valid and offered only for "
+    "decode shapes") {
+  constexpr int kSms = 132;
+  for (const int64_t m : {1, 2, 3, 4, 8, 16}) {
+    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {4096, 6144}, {4096, 28672}, {14336, 4096}, {1000, 333}}) {
+      const DenseShape shape{.m = m, .n = n, .k = k};
+      INFO(testing::ShapeName(shape));
+      const auto candidates = GemvSplitKCandidates(shape, kSms);
+      CHECK(candidates.size() >= 4);
+      CHECK(candidates.size() <= 8);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const Execution exec = ToExecution(candidates[i], shape);
+        INFO(exec.ToString());
+        GemvSplitKParams back;
+        std::string error;
+        REQUIRE(GemvSplitKParamsFromExecution(exec, shape, &back, &error));
+        CHECK(back == candidates[i]);
+        CHECK(back.m_tile >= m);  // W is read once per call
+        const int64_t partials =
+            back.split_k > 1 ? back.split_k * m * n * 4 : 0;
+        CHECK(exec.workspace_bytes == static_cast<uint64_t>(partials));
+        const std::optional<Execution> parsed = ParseExecution(exec.ToString());
+        REQUIRE(parsed.has_value());
+        CHECK(*parsed == exec);
+        for (size_t j = 0; j < i; ++j) CHECK_FALSE(candidates[j] == back);
+      }
+    }
+  }
+  CHECK(GemvSplitKCandidates({.m = 17, .n = 4096, .k = 4096}, kSms).empty());
+  CHECK(GemvSplitKCandidates({.m = 1, .n = 4096, .k = 4100}, kSms).empty());
+}
+
+TEST_CASE("gemv_splitk params the kernel cannot run are refused by name") {
+  const DenseShape shape{.m = 4, .n = 4096, .k = 4096};
+  const Execution good = ToExecution(GemvSplitKParams{.m_tile = 4}, shape);
+  GemvSplitKParams params;
+  std::string error;
+  REQUIRE(GemvSplitKParamsFromExecution(good, shape, &params, &error));
+
+  Execution rows = good;
+  rows.params["rows_per_warp"] = 3;
+  CHECK_FALSE(GemvSplitKParamsFromExecution(rows, shape, &params, &error));
+  CHECK(error.find("rows_per_warp=3") != std::string::npos);
+
+  Execution vec = good;
+  vec.params["vec"] = 4;
+  CHECK_FALSE(GemvSplitKParamsFromExecution(vec, shape, &params, &error));
+  CHECK(error.find("vec") != std::string::npos);
+
+  Execution too_many = good;
+  too_many.params["m_tile"] = 16;
+  too_many.params["rows_per_warp"] = 4;
+  CHECK_FALSE(GemvSplitKParamsFromExecution(too_many, shape, &params, &error));
+
+  CHECK_FALSE(GemvSplitKParamsFromExecution(
+      good, {.m = 4, .n = 4096, .k = 4095}, &params, &error));
+  CHECK(error.find("K % 8") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace gputune::kernels
