@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       chmod(socket_path.c_str(), static_cast<mode_t>(config.socket_mode)) != 0) {
     spdlog::warn("cannot set mode {:o} on {}", config.socket_mode, socket_path);
   }
-  d->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (d->server_->GetHealthCheckService()) d->server_->GetHealthCheckService()->SetServingStatus(true);
 
   Daemon* raw = d.get();
   d->sweeper_ = std::thread([raw] {
@@ -174,7 +174,7 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("gputuned shutting down");
-  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +

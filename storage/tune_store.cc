@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -131,13 +133,33 @@ absl::Status ParseEntry(const std::string& blob, const std::string& key_id,
   return absl::OkStatus();
 }
 
+// DATA_LOSS when the file exists with content that is not an SQLite
+// database. Checked before SQLite opens it, because SQLite may discard the
+// -wal and -shm files of a file it cannot read, and those belong in
+// quarantine too.
+absl::Status CheckHeader(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::OkStatus();  // new file
+  char header[16] = {};
+  in.read(header, sizeof(header));
+  if (in.gcount() == 0) return absl::OkStatus();  // empty: SQLite's to create
+  if (in.gcount() < 16 || std::memcmp(header, "SQLite format 3", 16) != 0) {
+    return absl::DataLossError("not an SQLite database (bad header)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
     const StoreOptions& options, OpenReport* report) {
-  absl::StatusOr<Connection> db = Connection::Open(options.path);
-  if (!db.ok()) return db.status();
-  absl::Status health = Configure(*db, options.synchronous_full);
+  absl::Status health = CheckHeader(options.path);
+  absl::StatusOr<Connection> db = Connection();
+  if (health.ok()) {
+    db = Connection::Open(options.path);
+    if (!db.ok()) return db.status();
+    health = Configure(*db, options.synchronous_full);
+  }
   if (health.code() == absl::StatusCode::kDataLoss) {
     *db = Connection();  // close before moving the files
     absl::StatusOr<std::string> moved = Quarantine(options.path);
@@ -155,20 +177,19 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
 
 absl::Status TuneStore::ForEach(
     const std::function<void(const std::string&, v1::Entry&&)>& fn) {
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> st =
-      db_.Prepare("SELECT key_id, entry FROM entries ORDER BY key_id");
-  if (!st.ok()) return st.status();
+  // In pages, calling fn without the lock held (fn may take other locks,
+  // e.g. the arbiter's, which itself calls into the store) and without
+  // holding the whole table in memory.
+  constexpr int kPage = 1024;
+  std::string after;
   while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) return absl::OkStatus();
-    v1::Entry entry;
-    const std::string key_id = st->ColumnText(0);
-    if (auto s = ParseEntry(st->ColumnBlob(1), key_id, &entry); !s.ok()) {
-      return s;
+    absl::StatusOr<std::vector<v1::Entry>> page = List(EntryQuery(), after, kPage);
+    if (!page.ok()) return page.status();
+    for (v1::Entry& entry : *page) {
+      after = KeyId(entry.key());
+      fn(after, std::move(entry));
     }
-    fn(key_id, std::move(entry));
+    if (static_cast<int>(page->size()) < kPage) return absl::OkStatus();
   }
 }
 

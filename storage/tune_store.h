@@ -68,7 +68,8 @@ class TuneStore {
   static absl::StatusOr<std::unique_ptr<TuneStore>> Open(
       const StoreOptions& options, OpenReport* report);
 
-  // Calls fn for every entry in key order (loading the in-memory index).
+  // Calls fn for every entry in key order (loading the in-memory index), a
+  // page at a time and without holding the store's lock.
   absl::Status ForEach(
       const std::function<void(const std::string& key_id, v1::Entry&& entry)>&
           fn);

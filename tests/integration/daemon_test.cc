@@ -1,0 +1,351 @@
+// The real gputuned binary on a temporary unix socket, driven through the
+// generated stubs: arbitration, durability, recovery and input validation.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "grpcpp/client_context.h"
+#include "proto/proto_time.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DenseKey;
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 10) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
+v1::ClaimResponse Claim(v1::TuneService::Stub& stub, const v1::Key& key,
+                        const std::string& holder, int ttl_ms = 0) {
+  v1::ClaimRequest req;
+  *req.mutable_key() = key;
+  req.set_holder(holder);
+  if (ttl_ms > 0) {
+    *req.mutable_ttl() = ToProto(absl::Milliseconds(ttl_ms));
+  }
+  v1::ClaimResponse resp;
+  grpc::Status s = stub.Claim(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return resp;
+}
+
+grpc::Status Record(v1::TuneService::Stub& stub, uint64_t claim_id,
+                    const std::string& kernel, v1::RecordResponse* resp) {
+  v1::RecordRequest req;
+  req.set_claim_id(claim_id);
+  req.mutable_execution()->set_kernel(kernel);
+  (*req.mutable_execution()->mutable_params())["tile"] = 128;
+  auto* m = req.add_measurements();
+  *m->mutable_execution() = req.execution();
+  m->set_validation(v1::VALIDATION_PASSED);
+  *m->mutable_median() = ToProto(absl::Microseconds(12));
+  m->set_samples(10);
+  m->set_chosen(true);
+  return stub.Record(Ctx().get(), req, resp);
+}
+
+v1::KeyStatus Lookup(v1::TuneService::Stub& stub, const v1::Key& key) {
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse resp;
+  REQUIRE(stub.Lookup(Ctx().get(), req, &resp).ok());
+  return resp.status();
+}
+
+v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
+  v1::GetStatusResponse resp;
+  REQUIRE(stub.GetStatus(Ctx().get(), v1::GetStatusRequest(), &resp).ok());
+  return resp;
+}
+
+}  // namespace
+
+TEST_CASE("two clients racing for one new key: one GRANTED, one PENDING") {
+  DaemonProcess d({"--backend=none"});
+  const v1::Key key = DenseKey(1);
+  std::atomic<int> granted{0}, pending{0};
+  std::vector<std::thread> clients;
+  std::vector<std::string> holders(2);
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = d.Stub();  // its own channel, like another process
+      v1::ClaimResponse r = Claim(*stub, key, "client-" + std::to_string(i));
+      if (r.outcome() == v1::CLAIM_OUTCOME_GRANTED) ++granted;
+      if (r.outcome() == v1::CLAIM_OUTCOME_PENDING) {
+        ++pending;
+        holders[i] = r.claim().holder();
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  CHECK(granted == 1);
+  CHECK(pending == 1);
+  CHECK((holders[0] == "client-1" || holders[1] == "client-0"));
+}
+
+TEST_CASE("a lapsed lease is taken over and the stale holder's Record fails") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(2);
+  v1::ClaimResponse first = Claim(*stub, key, "slow-owner", 300);
+  REQUIRE(first.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  CHECK(Claim(*stub, key, "next").outcome() == v1::CLAIM_OUTCOME_PENDING);
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  v1::ClaimResponse second = Claim(*stub, key, "next");
+  REQUIRE(second.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  CHECK(second.claim().claim_id() > first.claim().claim_id());
+
+  v1::RecordResponse resp;
+  grpc::Status late = Record(*stub, first.claim().claim_id(), "stale", &resp);
+  CHECK(late.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(Lookup(*stub, key).state() == v1::KEY_STATE_PENDING);
+  REQUIRE(Record(*stub, second.claim().claim_id(), "fresh", &resp).ok());
+  v1::KeyStatus s = Lookup(*stub, key);
+  CHECK(s.state() == v1::KEY_STATE_HIT);
+  CHECK(s.entry().execution().kernel() == "fresh");
+}
+
+TEST_CASE("a watcher is woken by Record and the stream ends at HIT") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(3);
+  const uint64_t claim = Claim(*stub, key, "tuner").claim().claim_id();
+  std::vector<v1::KeyState> seen;
+  std::thread watcher([&] {
+    auto ctx = Ctx();
+    v1::WatchRequest req;
+    *req.mutable_key() = key;
+    auto reader = d.Stub()->Watch(ctx.get(), req);
+    v1::WatchResponse resp;
+    while (reader->Read(&resp)) seen.push_back(resp.status().state());
+    CHECK(reader->Finish().ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  v1::RecordResponse resp;
+  REQUIRE(Record(*stub, claim, "k", &resp).ok());
+  watcher.join();
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen.front() == v1::KEY_STATE_PENDING);
+  CHECK(seen.back() == v1::KEY_STATE_HIT);
+}
+
+TEST_CASE("every acknowledged Record survives kill -9 and restart") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  constexpr int kRecords = 50;
+  for (int i = 1; i <= kRecords; ++i) {
+    const uint64_t claim = Claim(*stub, DenseKey(i), "p").claim().claim_id();
+    v1::RecordResponse resp;
+    REQUIRE(Record(*stub, claim, "k" + std::to_string(i), &resp).ok());
+  }
+  d.Kill();
+  d.Start();
+  stub = d.Stub();
+  for (int i = 1; i <= kRecords; ++i) {
+    v1::KeyStatus s = Lookup(*stub, DenseKey(i));
+    REQUIRE(s.state() == v1::KEY_STATE_HIT);
+    CHECK(s.entry().execution().kernel() == "k" + std::to_string(i));
+  }
+  CHECK(Status(*stub).entries() == kRecords);
+  SECTION("and claim ids issued after the restart are new") {
+    v1::ClaimResponse r = Claim(*stub, DenseKey(999), "p");
+    CHECK(r.claim().claim_id() > kRecords);
+  }
+}
+
+TEST_CASE("a garbage database is quarantined and the daemon serves") {
+  DaemonProcess d({"--backend=none"});
+  d.Kill();
+  std::filesystem::remove(d.db_path() + "-wal");
+  std::filesystem::remove(d.db_path() + "-shm");
+  std::ofstream(d.db_path(), std::ios::trunc) << std::string(8192, 'G');
+  d.Start();
+  auto stub = d.Stub();
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK_FALSE(status.database_quarantined_to().empty());
+  CHECK(std::filesystem::exists(status.database_quarantined_to()));
+  CHECK(status.entries() == 0);
+  CHECK(d.Log().find("corrupt") != std::string::npos);
+  const uint64_t claim = Claim(*stub, DenseKey(1), "p").claim().claim_id();
+  v1::RecordResponse resp;
+  CHECK(Record(*stub, claim, "k", &resp).ok());
+}
+
+TEST_CASE("bad input gets INVALID_ARGUMENT naming the field, nothing changes") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  const uint64_t claim = Claim(*stub, DenseKey(1), "p").claim().claim_id();
+
+  struct Case {
+    std::string name;
+    std::function<grpc::Status()> call;
+    std::string field;
+  };
+  v1::Key no_role = DenseKey(1);
+  no_role.mutable_dense_bf16()->set_role("");
+  v1::Key zero_m = DenseKey(1);
+  zero_m.mutable_dense_bf16()->set_tokens(0);
+  v1::Key huge_k = DenseKey(1);
+  huge_k.mutable_dense_bf16()->set_input_features(1u << 30);
+  v1::Key bad_phase = DenseKey(1);
+  bad_phase.mutable_dense_bf16()->set_phase(static_cast<v1::Phase>(9));
+  v1::Key long_params;
+  long_params.mutable_custom()->set_op("x");
+  long_params.mutable_custom()->set_params(std::string(5000, 'p'));
+  long_params.set_candidate_set("c");
+  v1::Key custom_ok;
+  custom_ok.mutable_custom()->set_op("attn");
+  custom_ok.mutable_custom()->set_params("b=1");
+  custom_ok.set_candidate_set("c");
+
+  auto lookup = [&](const v1::Key& key) {
+    return [&stub, key] {
+      v1::LookupRequest req;
+      *req.mutable_key() = key;
+      v1::LookupResponse resp;
+      return stub->Lookup(Ctx().get(), req, &resp);
+    };
+  };
+  const std::vector<Case> cases = {
+      {"empty role", lookup(no_role), "key.dense_bf16.role"},
+      {"zero tokens", lookup(zero_m), "key.dense_bf16.tokens"},
+      {"absurd K", lookup(huge_k), "key.dense_bf16.input_features"},
+      {"unknown phase", lookup(bad_phase), "key.dense_bf16.phase"},
+      {"oversized params", lookup(long_params), "key.custom.params"},
+      {"no key", lookup(v1::Key()), "key"},
+      {"claim without holder",
+       [&] {
+         v1::ClaimRequest req;
+         *req.mutable_key() = DenseKey(5);
+         v1::ClaimResponse resp;
+         return stub->Claim(Ctx().get(), req, &resp);
+       },
+       "holder"},
+      {"claim with absurd ttl",
+       [&] {
+         v1::ClaimRequest req;
+         *req.mutable_key() = DenseKey(5);
+         req.set_holder("p");
+         req.mutable_ttl()->set_seconds(86400);
+         v1::ClaimResponse resp;
+         return stub->Claim(Ctx().get(), req, &resp);
+       },
+       "ttl"},
+      {"record without execution",
+       [&] {
+         v1::RecordRequest req;
+         req.set_claim_id(claim);
+         v1::RecordResponse resp;
+         return stub->Record(Ctx().get(), req, &resp);
+       },
+       "execution"},
+      {"record with bad measurement",
+       [&] {
+         v1::RecordRequest req;
+         req.set_claim_id(claim);
+         req.mutable_execution()->set_kernel("k");
+         req.add_measurements()->set_validation(static_cast<v1::Validation>(42));
+         v1::RecordResponse resp;
+         return stub->Record(Ctx().get(), req, &resp);
+       },
+       "measurements[0]"},
+      {"record without claim id",
+       [&] {
+         v1::RecordRequest req;
+         req.mutable_execution()->set_kernel("k");
+         v1::RecordResponse resp;
+         return stub->Record(Ctx().get(), req, &resp);
+       },
+       "claim_id"},
+      {"page size out of range",
+       [&] {
+         v1::ListEntriesRequest req;
+         req.set_page_size(5000);
+         v1::ListEntriesResponse resp;
+         return stub->ListEntries(Ctx().get(), req, &resp);
+       },
+       "page_size"},
+      {"list filter with unknown state",
+       [&] {
+         v1::ListEntriesRequest req;
+         req.mutable_filter()->set_state(v1::KEY_STATE_PENDING);
+         v1::ListEntriesResponse resp;
+         return stub->ListEntries(Ctx().get(), req, &resp);
+       },
+       "filter.state"},
+      {"delete with nothing selected",
+       [&] {
+         v1::DeleteEntriesResponse resp;
+         return stub->DeleteEntries(Ctx().get(), v1::DeleteEntriesRequest(),
+                                    &resp);
+       },
+       "keys"},
+      {"import of an entry without execution",
+       [&] {
+         v1::ImportEntriesRequest req;
+         *req.add_entries()->mutable_key() = DenseKey(8);
+         v1::ImportEntriesResponse resp;
+         return stub->ImportEntries(Ctx().get(), req, &resp);
+       },
+       "entries[0].execution"},
+      {"tune a custom op",
+       [&] {
+         v1::TuneDenseRequest req;
+         *req.mutable_key() = custom_ok;
+         v1::TuneDenseResponse resp;
+         return stub->TuneDense(Ctx().get(), req, &resp);
+       },
+       "key.dense_bf16"},
+      {"batch lookup of nothing",
+       [&] {
+         v1::BatchLookupResponse resp;
+         return stub->BatchLookup(Ctx().get(), v1::BatchLookupRequest(), &resp);
+       },
+       "keys"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status s = c.call();
+    INFO(c.name << ": " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().rfind(c.field, 0) == 0);
+  }
+  v1::GetStatusResponse after = Status(*stub);
+  CHECK(after.entries() == 0);
+  CHECK(after.claims_size() == 1);  // only the one claimed above
+  CHECK(Lookup(*stub, DenseKey(1)).state() == v1::KEY_STATE_PENDING);
+}
+
+TEST_CASE("without a backend the cache is served and TuneDense says why") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK_FALSE(status.backend_ready());
+  CHECK(status.backend_error().find("--backend=none") != std::string::npos);
+  v1::TuneDenseRequest req;
+  *req.mutable_key() = DenseKey(1);
+  v1::TuneDenseResponse resp;
+  grpc::Status s = stub->TuneDense(Ctx().get(), req, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_CASE("SIGTERM shuts down cleanly with exit status 0") {
+  DaemonProcess d({"--backend=none"});
+  const int status = d.Terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(d.Log().find("gputuned stopped") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d.socket_path()));
+}
+
+}  // namespace gputune

@@ -1,0 +1,276 @@
+// TuneDense through the real daemon: single flight, one device worker, the
+// bounded queue, client claims respected, failures visible.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/client_context.h"
+#include "proto/proto_time.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DenseKey;
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
+grpc::Status Tune(v1::TuneService::Stub& stub, const v1::Key& key, bool wait,
+                  v1::TuneDenseResponse* resp) {
+  v1::TuneDenseRequest req;
+  *req.mutable_key() = key;
+  req.set_wait(wait);
+  return stub.TuneDense(Ctx().get(), req, resp);
+}
+
+v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
+  v1::GetStatusResponse resp;
+  REQUIRE(stub.GetStatus(Ctx().get(), v1::GetStatusRequest(), &resp).ok());
+  return resp;
+}
+
+v1::GetEntryResponse GetEntry(v1::TuneService::Stub& stub, const v1::Key& key) {
+  v1::GetEntryRequest req;
+  *req.mutable_key() = key;
+  v1::GetEntryResponse resp;
+  REQUIRE(stub.GetEntry(Ctx().get(), req, &resp).ok());
+  return resp;
+}
+
+// Polls GetStatus until pred holds (or 10 s pass).
+template <typename Pred>
+bool WaitFor(v1::TuneService::Stub& stub, Pred pred) {
+  for (int i = 0; i < 500; ++i) {
+    if (pred(Status(stub))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
+  DaemonProcess d({"--backend=host", "--tune_budget=300ms"});
+  const v1::Key key = DenseKey(4, 256, 512);
+  std::vector<v1::Entry> entries(16);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 16; ++i) {
+    callers.emplace_back([&, i] {
+      auto stub = d.Stub();
+      v1::TuneDenseResponse resp;
+      if (Tune(*stub, key, true, &resp).ok() &&
+          resp.status().state() == v1::KEY_STATE_HIT) {
+        ++ok;
+        entries[i] = resp.status().entry();
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  CHECK(ok == 16);
+  for (const auto& e : entries) {
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(e, entries[0]));
+  }
+  auto stub = d.Stub();
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK(status.jobs_completed() == 1);
+  CHECK(status.jobs_failed() == 0);
+  SECTION("and the entry explains the choice") {
+    v1::GetEntryResponse e = GetEntry(*stub, key);
+    CHECK(e.entry().source() == v1::SOURCE_DAEMON_MEASURED);
+    CHECK(e.entry().measurements_size() >= 2);
+    int chosen = 0, defaults = 0;
+    for (const auto& m : e.entry().measurements()) {
+      chosen += m.chosen();
+      defaults += m.is_default();
+      if (m.validation() == v1::VALIDATION_PASSED) CHECK(m.samples() > 0);
+    }
+    CHECK(chosen == 1);
+    CHECK(defaults == 1);
+    CHECK(e.entry().fingerprint().backend() == "host");
+  }
+}
+
+TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
+  DaemonProcess d({"--backend=host"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(2, 128, 128);
+  v1::ClaimRequest claim;
+  *claim.mutable_key() = key;
+  claim.set_holder("client-tuner");
+  v1::ClaimResponse granted;
+  REQUIRE(stub->Claim(Ctx().get(), claim, &granted).ok());
+  REQUIRE(granted.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+
+  SECTION("wait=false answers PENDING naming the client") {
+    v1::TuneDenseResponse resp;
+    REQUIRE(Tune(*stub, key, false, &resp).ok());
+    CHECK(resp.status().state() == v1::KEY_STATE_PENDING);
+    CHECK(resp.status().claim().holder() == "client-tuner");
+  }
+  SECTION("wait=true follows the client's claim to its entry") {
+    v1::TuneDenseResponse resp;
+    std::thread waiter([&] { REQUIRE(Tune(*d.Stub(), key, true, &resp).ok()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    v1::RecordRequest rec;
+    rec.set_claim_id(granted.claim().claim_id());
+    rec.mutable_execution()->set_kernel("client.kernel");
+    v1::RecordResponse recorded;
+    REQUIRE(stub->Record(Ctx().get(), rec, &recorded).ok());
+    waiter.join();
+    CHECK(resp.status().state() == v1::KEY_STATE_HIT);
+    CHECK(resp.status().entry().execution().kernel() == "client.kernel");
+  }
+  CHECK(Status(*stub).jobs_completed() == 0);
+}
+
+TEST_CASE("a failing candidate is dropped and its failure kept in the entry") {
+  DaemonProcess d({"--backend=fault", "--tune_budget=300ms"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(3, 64, 64);
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, key, true, &resp).ok());
+  v1::GetEntryResponse e = GetEntry(*stub, key);
+  CHECK(e.entry().execution().kernel().rfind("fault.", 0) != 0);
+  bool saw_wrong = false, saw_throw = false;
+  for (const auto& m : e.entry().measurements()) {
+    if (m.execution().kernel() == "fault.wrong") {
+      saw_wrong = true;
+      CHECK(m.validation() == v1::VALIDATION_FAILED);
+      CHECK_FALSE(m.chosen());
+      CHECK(m.max_abs_error() > 1.0);
+    }
+    if (m.execution().kernel() == "fault.throws") {
+      saw_throw = true;
+      CHECK(m.validation() == v1::VALIDATION_ERROR);
+      CHECK(m.error().find("injected failure") != std::string::npos);
+    }
+  }
+  CHECK(saw_wrong);
+  CHECK(saw_throw);
+}
+
+TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
+  DaemonProcess d({"--backend=fault",
+                   "--fault_candidates=fault.wrong;fault.throws"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(5, 64, 64);
+  v1::TuneDenseResponse resp;
+  grpc::Status s = Tune(*stub, key, true, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(s.error_message().find("fault.wrong") != std::string::npos);
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse look;
+  REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
+  CHECK(look.status().state() == v1::KEY_STATE_MISS);
+  CHECK(Status(*stub).jobs_failed() == 1);
+}
+
+TEST_CASE("the queue refuses new jobs when full") {
+  DaemonProcess d({"--backend=fault", "--queue_capacity=1",
+                   "--fault_candidates=fault.slow(sleep_ms=400);host.naive"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, DenseKey(1, 64, 64), false, &resp).ok());
+  CHECK(resp.status().state() == v1::KEY_STATE_PENDING);
+  CHECK(resp.status().claim().holder() == "gputuned");
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job();
+  }));
+  REQUIRE(Tune(*stub, DenseKey(2, 64, 64), false, &resp).ok());
+  grpc::Status full = Tune(*stub, DenseKey(3, 64, 64), false, &resp);
+  CHECK(full.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(full.error_message().find("--queue_capacity") != std::string::npos);
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK(status.queue_depth() == 1);
+  CHECK(status.queue_capacity() == 1);
+}
+
+TEST_CASE("decode jobs run ahead of queued prefill jobs") {
+  DaemonProcess d({"--backend=fault",
+                   "--fault_candidates=fault.slow(sleep_ms=300);host.naive"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, DenseKey(1, 64, 64, "cs1", "first"), false, &resp).ok());
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job();
+  }));
+  REQUIRE(Tune(*stub, DenseKey(512, 64, 64), false, &resp).ok());  // prefill
+  REQUIRE(Tune(*stub, DenseKey(8, 64, 64), false, &resp).ok());    // decode
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job() &&
+           s.running_job().key().dense_bf16().role() != "first";
+  }));
+  CHECK(Status(*stub).running_job().key().dense_bf16().phase() ==
+        v1::PHASE_DECODE);
+}
+
+TEST_CASE("GetStatus shows the running job's progress") {
+  DaemonProcess d({"--backend=fault",
+                   "--fault_candidates=host.naive;fault.slow(sleep_ms=300);"
+                   "fault.slow(sleep_ms=301)"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, DenseKey(1, 64, 64), false, &resp).ok());
+  CHECK(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job() && s.running_job().candidates_total() == 3 &&
+           s.running_job().candidates_done() >= 1;
+  }));
+}
+
+TEST_CASE("shutdown during a job abandons it and writes nothing") {
+  DaemonProcess d({"--backend=fault", "--tune_budget=10s",
+                   "--fault_candidates=host.naive;fault.slow(sleep_ms=200)"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(1, 64, 64);
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, key, false, &resp).ok());
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job();
+  }));
+  const auto start = std::chrono::steady_clock::now();
+  const int status = d.Terminate();  // with the client's channel still open
+  INFO(d.Log());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  d.Start();
+  stub = d.Stub();
+  v1::GetEntryRequest req;
+  *req.mutable_key() = key;
+  v1::GetEntryResponse entry;
+  CHECK(stub->GetEntry(Ctx().get(), req, &entry).error_code() ==
+        grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_CASE("the min-improvement rule keeps the default within the threshold") {
+  // fault.fixed reports exact times: 99 us is 1 % faster than 100 us.
+  DaemonProcess d({"--backend=fault", "--min_improvement_bps=200",
+                   "--fault_candidates=fault.fixed(time_us=100);"
+                   "fault.fixed(time_us=99);fault.fixed(time_us=90)"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, DenseKey(1, 64, 64), true, &resp).ok());
+  CHECK(resp.status().entry().execution().params().at("time_us") == 90);
+  d.Kill();
+  d.flags().back() =
+      "--fault_candidates=fault.fixed(time_us=100);fault.fixed(time_us=99)";
+  d.Start();
+  stub = d.Stub();
+  grpc::Status s = Tune(*stub, DenseKey(2, 64, 64), true, &resp);
+  INFO(s.error_message() << "\n" << d.Log());
+  REQUIRE(s.ok());
+  CHECK(resp.status().entry().execution().params().at("time_us") == 100);
+}
+
+}  // namespace gputune

@@ -1,0 +1,136 @@
+#include "tests/support/daemon_process.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace gputune::testing {
+
+DaemonProcess::DaemonProcess(std::vector<std::string> flags,
+                             std::map<std::string, std::string> env)
+    : flags_(std::move(flags)), env_(std::move(env)) {
+  char tmpl[] = "/tmp/gputune-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  socket_path_ = dir_ + "/gputuned.sock";
+  db_path_ = dir_ + "/gputuned.db";
+  Start();
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) Kill();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string DaemonProcess::Log() const {
+  std::ifstream in(log_path());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+pid_t SpawnGputuned(const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& env,
+                    const std::string& log_path) {
+  std::vector<std::string> argv_storage = {GPUTUNED_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    freopen(log_path.c_str(), "a", stderr);
+    freopen(log_path.c_str(), "a", stdout);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> argv;
+    for (auto& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void DaemonProcess::Start() {
+  std::vector<std::string> args = {"--listen=" + endpoint(),
+                                   "--db=" + db_path_};
+  args.insert(args.end(), flags_.begin(), flags_.end());
+  const pid_t pid = SpawnGputuned(args, env_, log_path());
+  pid_ = pid;
+  // Serving means: GetStatus answers.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < give_up) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("gputuned exited at start:\n" + Log());
+    }
+    if (std::filesystem::exists(socket_path_)) {
+      auto stub = Stub();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(500));
+      v1::GetStatusRequest req;
+      v1::GetStatusResponse resp;
+      if (stub->GetStatus(&ctx, req, &resp).ok()) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Kill();
+  throw std::runtime_error("gputuned did not serve within 20 s:\n" + Log());
+}
+
+void DaemonProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+int DaemonProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+std::shared_ptr<grpc::Channel> DaemonProcess::Channel() const {
+  return grpc::CreateChannel(endpoint(), grpc::InsecureChannelCredentials());
+}
+
+std::unique_ptr<v1::TuneService::Stub> DaemonProcess::Stub() const {
+  return v1::TuneService::NewStub(Channel());
+}
+
+std::unique_ptr<v1::AdminService::Stub> DaemonProcess::AdminStub() const {
+  return v1::AdminService::NewStub(Channel());
+}
+
+v1::Key DenseKey(uint32_t m, uint32_t k, uint32_t n,
+                 const std::string& candidate_set, const std::string& role) {
+  v1::Key key;
+  auto* d = key.mutable_dense_bf16();
+  d->set_phase(m <= 16 ? v1::PHASE_DECODE : v1::PHASE_PREFILL);
+  d->set_role(role);
+  d->set_tokens(m);
+  d->set_input_features(k);
+  d->set_output_features(n);
+  key.set_candidate_set(candidate_set);
+  return key;
+}
+
+}  // namespace gputune::testing

@@ -1,0 +1,84 @@
+// DaemonProcess: the real gputuned binary on a temporary unix socket and
+// database, for integration tests.
+//
+//   DaemonProcess d({"--backend=host"});   // starts and waits until it serves
+//   auto stub = d.Stub();                  // generated TuneService stub
+//   d.Kill();                              // kill -9
+//   d.Start();                             // again, same socket and database
+//
+// The binary is GPUTUNED_PATH (set by CMake). Each instance has its own
+// directory under /tmp, removed on destruction; the daemon's log is kept in
+// it (log_path()) and printed when a start fails.
+#ifndef GPUTUNE_TESTS_SUPPORT_DAEMON_PROCESS_H_
+#define GPUTUNE_TESTS_SUPPORT_DAEMON_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gputune/v1/tune.grpc.pb.h"
+#include "grpcpp/channel.h"
+
+namespace gputune::testing {
+
+class DaemonProcess {
+ public:
+  // Starts gputuned with `--listen`, `--db` pointing into a fresh directory
+  // plus `flags`; `env` is added to its environment. Throws std::runtime_error
+  // (with the daemon's log) when it does not serve within 20 s.
+  explicit DaemonProcess(std::vector<std::string> flags = {},
+                         std::map<std::string, std::string> env = {});
+  ~DaemonProcess();
+
+  void Start();
+  // SIGKILL and reap.
+  void Kill();
+  // SIGTERM and wait; returns the exit status (as from waitpid).
+  int Terminate();
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  const std::string& dir() const { return dir_; }
+  std::string endpoint() const { return "unix://" + socket_path_; }
+  const std::string& socket_path() const { return socket_path_; }
+  const std::string& db_path() const { return db_path_; }
+  std::string log_path() const { return dir_ + "/gputuned.log"; }
+  std::string Log() const;
+
+  std::shared_ptr<grpc::Channel> Channel() const;
+  std::unique_ptr<v1::TuneService::Stub> Stub() const;
+  std::unique_ptr<v1::AdminService::Stub> AdminStub() const;
+
+  // Extra flags for the next Start() (e.g. to change the backend).
+  std::vector<std::string>& flags() { return flags_; }
+
+ private:
+  std::string dir_;
+  std::string socket_path_;
+  std::string db_path_;
+  std::vector<std::string> flags_;
+  std::map<std::string, std::string> env_;
+  pid_t pid_ = -1;
+};
+
+// Starts GPUTUNED_PATH with `args` (argv[1..]) and `env` added to its
+// environment, its stdout and stderr appended to `log_path`. Returns the pid
+// at once, without waiting for the daemon to serve; the caller reaps it.
+// Throws std::runtime_error when fork fails. DaemonProcess::Start uses it;
+// tests that must control the whole command line (no --listen/--db, say)
+// call it directly.
+pid_t SpawnGputuned(const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& env,
+                    const std::string& log_path);
+
+// A Key for tests: dense_bf16 decode "test.role" with the given M and K/N.
+v1::Key DenseKey(uint32_t m, uint32_t k = 256, uint32_t n = 256,
+                 const std::string& candidate_set = "cs1",
+                 const std::string& role = "test.role");
+
+}  // namespace gputune::testing
+
+#endif  // GPUTUNE_TESTS_SUPPORT_DAEMON_PROCESS_H_

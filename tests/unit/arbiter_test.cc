@@ -1,0 +1,324 @@
+// The arbiter's state machine: DESIGN.md "Key states and arbitration".
+#include "daemon/arbiter.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "proto/fingerprint.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune {
+namespace {
+
+using testing::DenseKey;
+
+// An arbiter on a fake clock whose claim ids come from a counter that
+// survives "restarts" (like the store's meta table).
+struct Fixture {
+  FakeClock clock;
+  uint64_t next_block = 1;
+  ArbiterOptions options;
+  std::optional<std::string> digest = std::string("fp-current");
+
+  std::unique_ptr<Arbiter> Make() {
+    return std::make_unique<Arbiter>(
+        options, &clock,
+        [this](uint64_t n) -> absl::StatusOr<uint64_t> {
+          const uint64_t first = next_block;
+          next_block += n;
+          return first;
+        },
+        digest);
+  }
+};
+
+v1::Fingerprint Fp(const std::string& device) {
+  v1::Fingerprint fp;
+  fp.set_backend("host");
+  fp.set_device_name(device);
+  return fp;
+}
+
+v1::Entry EntryFor(const v1::Key& key, const v1::Fingerprint& fp) {
+  v1::Entry e;
+  *e.mutable_key() = key;
+  e.mutable_execution()->set_kernel("k");
+  (*e.mutable_execution()->mutable_params())["tile"] = 64;
+  e.add_measurements()->mutable_execution()->set_kernel("k");
+  *e.mutable_fingerprint() = fp;
+  e.set_source(v1::SOURCE_CLIENT_MEASURED);
+  return e;
+}
+
+uint64_t Grant(Arbiter& a, const v1::Key& key, const std::string& holder,
+               absl::Duration ttl = absl::ZeroDuration()) {
+  absl::StatusOr<v1::ClaimResponse> r = a.Claim(key, holder, ttl);
+  REQUIRE(r.ok());
+  REQUIRE(r->outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  return r->claim().claim_id();
+}
+
+absl::Status RecordNow(Arbiter& a, uint64_t claim, const v1::Fingerprint& fp) {
+  absl::StatusOr<Arbiter::RecordTicket> t = a.BeginRecord(claim);
+  if (!t.ok()) return t.status();
+  a.CommitRecord(*t, EntryFor(t->key, fp));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TEST_CASE("an unknown key is a MISS and a claim on it is GRANTED") {
+  Fixture f;
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_MISS);
+  auto r = a->Claim(key, "p1", absl::ZeroDuration());
+  REQUIRE(r.ok());
+  CHECK(r->outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  CHECK(r->claim().claim_id() > 0);
+  CHECK(FromProto(r->claim().lease_deadline()) ==
+        f.clock.Now() + f.options.default_ttl);
+}
+
+TEST_CASE("a second claim on a live claim is PENDING with the holder") {
+  Fixture f;
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const uint64_t id = Grant(*a, key, "p1");
+  auto r = a->Claim(key, "p2", absl::ZeroDuration());
+  REQUIRE(r.ok());
+  CHECK(r->outcome() == v1::CLAIM_OUTCOME_PENDING);
+  CHECK(r->claim().holder() == "p1");
+  CHECK(r->claim().claim_id() == id);
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_PENDING);
+}
+
+TEST_CASE("a claim whose lease expired can be taken over with a new id") {
+  Fixture f;
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const uint64_t first = Grant(*a, key, "p1", absl::Seconds(1));
+  f.clock.Advance(absl::Milliseconds(1001));
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_MISS);
+  const uint64_t second = Grant(*a, key, "p2");
+  CHECK(second > first);
+  SECTION("the stale holder's Record is refused and changes nothing") {
+    absl::Status s = RecordNow(*a, first, Fp("gpu"));
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(a->Lookup(key).state() == v1::KEY_STATE_PENDING);
+  }
+  SECTION("the stale holder cannot renew either") {
+    CHECK(a->Renew(first, absl::Seconds(10)).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST_CASE("an expired claim cannot Record even before anyone takes over") {
+  Fixture f;
+  auto a = f.Make();
+  const uint64_t id = Grant(*a, DenseKey(1), "p1", absl::Seconds(1));
+  f.clock.Advance(absl::Seconds(2));
+  CHECK(a->BeginRecord(id).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("Renew extends a live lease past its first deadline") {
+  Fixture f;
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const uint64_t id = Grant(*a, key, "p1", absl::Seconds(1));
+  f.clock.Advance(absl::Milliseconds(900));
+  REQUIRE(a->Renew(id, absl::Seconds(1)).ok());
+  f.clock.Advance(absl::Milliseconds(900));
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_PENDING);
+  CHECK(RecordNow(*a, id, Fp("gpu")).ok());
+}
+
+TEST_CASE("Record turns the key HIT and releases the claim") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const uint64_t id = Grant(*a, key, "p1");
+  REQUIRE(RecordNow(*a, id, Fp("gpu")).ok());
+  v1::KeyStatus s = a->Lookup(key);
+  CHECK(s.state() == v1::KEY_STATE_HIT);
+  CHECK(s.entry().execution().kernel() == "k");
+  CHECK(s.entry().measurements_size() == 0);  // lookups carry a summary
+  CHECK(a->GetStats().claims.empty());
+  auto again = a->Claim(key, "p2", absl::ZeroDuration());
+  REQUIRE(again.ok());
+  CHECK(again->outcome() == v1::CLAIM_OUTCOME_HIT);
+  CHECK(RecordNow(*a, id, Fp("gpu")).code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("a claim being recorded cannot expire or be taken over") {
+  Fixture f;
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const uint64_t id = Grant(*a, key, "p1", absl::Seconds(1));
+  auto ticket = a->BeginRecord(id);
+  REQUIRE(ticket.ok());
+  f.clock.Advance(absl::Seconds(5));
+  a->Sweep();
+  auto other = a->Claim(key, "p2", absl::ZeroDuration());
+  REQUIRE(other.ok());
+  CHECK(other->outcome() == v1::CLAIM_OUTCOME_PENDING);
+  SECTION("and after a failed write the lease runs on (and has expired)") {
+    a->CancelRecord(*ticket);
+    CHECK(a->Lookup(key).state() == v1::KEY_STATE_MISS);
+  }
+}
+
+TEST_CASE("a candidate-set mismatch is STALE, never a hit, and re-tunable") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1, 256, 256, "old"), "p"),
+                    Fp("gpu"))
+              .ok());
+  const v1::Key asked = DenseKey(1, 256, 256, "new");
+  v1::KeyStatus s = a->Lookup(asked);
+  CHECK(s.state() == v1::KEY_STATE_STALE);
+  CHECK(s.stale_reason().find("candidate set") != std::string::npos);
+  CHECK(s.entry().key().candidate_set() == "old");  // kept for inspection
+  const uint64_t id = Grant(*a, asked, "p2");
+  REQUIRE(RecordNow(*a, id, Fp("gpu")).ok());
+  CHECK(a->Lookup(asked).state() == v1::KEY_STATE_HIT);
+  CHECK(a->Lookup(DenseKey(1, 256, 256, "old")).state() ==
+        v1::KEY_STATE_STALE);
+}
+
+TEST_CASE("an entry from another fingerprint is STALE") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu-B"));
+  auto a = f.Make();
+  a->Load(KeyId(DenseKey(1)), EntryFor(DenseKey(1), Fp("gpu-A")));
+  v1::KeyStatus s = a->Lookup(DenseKey(1));
+  CHECK(s.state() == v1::KEY_STATE_STALE);
+  CHECK(s.stale_reason().find("fingerprint") != std::string::npos);
+  CHECK(a->GetStats().stale_entries == 1);
+  CHECK(a->Claim(DenseKey(1), "p", absl::ZeroDuration())->outcome() ==
+        v1::CLAIM_OUTCOME_GRANTED);
+}
+
+TEST_CASE("Abandon frees the key; repeated abandons trip BACKOFF") {
+  Fixture f;
+  f.options.backoff_abandons = 3;
+  f.options.backoff_window = absl::Minutes(1);
+  f.options.backoff_cooldown = absl::Seconds(30);
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  for (int i = 0; i < 2; ++i) {
+    auto r = a->Abandon(Grant(*a, key, "p"), "crashed");
+    REQUIRE(r.ok());
+    CHECK(r->state() == v1::KEY_STATE_MISS);
+  }
+  auto third = a->Abandon(Grant(*a, key, "p"), "crashed");
+  REQUIRE(third.ok());
+  CHECK(third->state() == v1::KEY_STATE_BACKOFF);
+  CHECK(FromProto(third->retry_after()) == f.clock.Now() + absl::Seconds(30));
+  auto refused = a->Claim(key, "p", absl::ZeroDuration());
+  REQUIRE(refused.ok());
+  CHECK(refused->outcome() == v1::CLAIM_OUTCOME_BACKOFF);
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_BACKOFF);
+  f.clock.Advance(absl::Seconds(31));
+  CHECK(a->Lookup(key).state() == v1::KEY_STATE_MISS);
+  CHECK(a->Claim(key, "p", absl::ZeroDuration())->outcome() ==
+        v1::CLAIM_OUTCOME_GRANTED);
+}
+
+TEST_CASE("abandons spread wider than the window do not trip BACKOFF") {
+  Fixture f;
+  f.options.backoff_abandons = 2;
+  f.options.backoff_window = absl::Seconds(10);
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  REQUIRE(a->Abandon(Grant(*a, key, "p"), "")->state() == v1::KEY_STATE_MISS);
+  f.clock.Advance(absl::Seconds(11));
+  CHECK(a->Abandon(Grant(*a, key, "p"), "")->state() == v1::KEY_STATE_MISS);
+}
+
+TEST_CASE("claim ids are never reused, also across a restart") {
+  Fixture f;
+  f.options.claim_id_block = 4;
+  std::vector<uint64_t> ids;
+  for (int restart = 0; restart < 3; ++restart) {
+    auto a = f.Make();  // a new process on the same database
+    for (int i = 0; i < 6; ++i) {
+      ids.push_back(Grant(*a, DenseKey(i + 1 + restart * 10), "p"));
+    }
+  }
+  for (size_t i = 1; i < ids.size(); ++i) CHECK(ids[i] > ids[i - 1]);
+}
+
+TEST_CASE("a ttl outside the allowed range is INVALID_ARGUMENT") {
+  Fixture f;
+  auto a = f.Make();
+  CHECK(a->Claim(DenseKey(1), "p", absl::Milliseconds(1)).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(a->Claim(DenseKey(1), "p", absl::Hours(2)).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(a->Lookup(DenseKey(1)).state() == v1::KEY_STATE_MISS);
+}
+
+TEST_CASE("watchers see the current state, then each change until HIT") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  std::vector<v1::KeyState> seen;
+  const uint64_t w =
+      a->Watch(key, [&](const v1::KeyStatus& s) { seen.push_back(s.state()); });
+  const uint64_t id = Grant(*a, key, "p1", absl::Seconds(1));
+  f.clock.Advance(absl::Seconds(2));
+  a->Sweep();  // the lease expires: watchers hear MISS
+  const uint64_t id2 = Grant(*a, key, "p2");
+  REQUIRE(RecordNow(*a, id2, Fp("gpu")).ok());
+  (void)id;
+  CHECK(seen == std::vector<v1::KeyState>{
+                    v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                    v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                    v1::KEY_STATE_HIT});
+  a->Unwatch(w);
+  a->Erase({"dense_bf16/decode/test.role/m=1/k=256/n=256"});
+  CHECK(seen.size() == 5);  // unwatched: no more calls
+}
+
+TEST_CASE("Erase drops an entry and Install adds imported ones") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  a->Install({EntryFor(DenseKey(1), Fp("gpu")), EntryFor(DenseKey(2), Fp("x"))});
+  CHECK(a->Lookup(DenseKey(1)).state() == v1::KEY_STATE_HIT);
+  CHECK(a->GetStats().entries == 2);
+  CHECK(a->GetStats().stale_entries == 1);
+  a->Erase({"dense_bf16/decode/test.role/m=1/k=256/n=256"});
+  CHECK(a->Lookup(DenseKey(1)).state() == v1::KEY_STATE_MISS);
+  CHECK(a->GetStats().entries == 1);
+}
+
+TEST_CASE("concurrent claimers of one key: exactly one is GRANTED") {
+  Fixture f;
+  auto a = f.Make();
+  std::atomic<int> granted{0}, pending{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = a->Claim(DenseKey(7), "p" + std::to_string(i),
+                        absl::ZeroDuration());
+      if (r.ok() && r->outcome() == v1::CLAIM_OUTCOME_GRANTED) ++granted;
+      if (r.ok() && r->outcome() == v1::CLAIM_OUTCOME_PENDING) ++pending;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(granted == 1);
+  CHECK(pending == 7);
+}
+
+}  // namespace gputune

@@ -1,0 +1,78 @@
+// gputuned's settings: flags, config file, systemd directories.
+#include "daemon/config.h"
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <map>
+
+#include "tests/support/catch.h"
+
+namespace gputune {
+namespace {
+
+absl::StatusOr<Config> Parse(std::vector<std::string> args,
+                             std::map<std::string, std::string> env = {}) {
+  return ParseConfig(args, [env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("defaults put the socket and database under ./var") {
+  auto c = Parse({});
+  REQUIRE(c.ok());
+  CHECK(c->listen.rfind("unix:///", 0) == 0);
+  CHECK(c->listen.find("/var/gpu0.sock") != std::string::npos);
+  CHECK(c->db.find("/var/gpu0.db") != std::string::npos);
+  CHECK(c->lease_ttl == absl::Seconds(30));
+  CHECK(c->min_improvement_bps == 200);
+}
+
+TEST_CASE("under systemd the runtime and state directories are used") {
+  auto c = Parse({"--device=3"}, {{"RUNTIME_DIRECTORY", "/run/gputuned"},
+                                  {"STATE_DIRECTORY", "/var/lib/gputuned"}});
+  REQUIRE(c.ok());
+  CHECK(c->listen == "unix:///run/gputuned/gpu3.sock");
+  CHECK(c->db == "/var/lib/gputuned/gpu3.db");
+}
+
+TEST_CASE("flags override the config file, which overrides defaults") {
+  char tmpl[] = "/tmp/gputune-conf-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  std::ofstream(tmpl) << "# comment\nlease_ttl = 10s\nlog_level = debug\n";
+  auto c = Parse({std::string("--config=") + tmpl, "--log-level=warn"});
+  REQUIRE(c.ok());
+  CHECK(c->lease_ttl == absl::Seconds(10));
+  CHECK(c->log_level == "warn");
+  unlink(tmpl);
+}
+
+TEST_CASE("bad settings are refused with the flag or file line named") {
+  CHECK(std::string(Parse({"--lease_ttl=soon"}).status().message())
+            .find("--lease_ttl=soon") != std::string::npos);
+  CHECK(std::string(Parse({"--backend=tpu"}).status().message())
+            .find("one of") != std::string::npos);
+  CHECK(std::string(Parse({"--nope=1"}).status().message())
+            .find("unknown flag --nope") != std::string::npos);
+  CHECK(std::string(Parse({"positional"}).status().message())
+            .find("unexpected argument") != std::string::npos);
+  char tmpl[] = "/tmp/gputune-conf-XXXXXX";
+  REQUIRE(mkstemp(tmpl) >= 0);
+  std::ofstream(tmpl) << "lease_ttl = 1s\nbogus = 1\n";
+  CHECK(std::string(
+            Parse({std::string("--config=") + tmpl}).status().message())
+            .find(":2: unknown setting 'bogus'") != std::string::npos);
+  unlink(tmpl);
+}
+
+TEST_CASE("--help lists every setting with its default") {
+  const std::string help = ConfigHelp();
+  CHECK(help.find("--lease_ttl") != std::string::npos);
+  CHECK(help.find("[default: 30s]") != std::string::npos);
+}
+
+}  // namespace gputune
