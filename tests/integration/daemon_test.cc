@@ -339,6 +339,41 @@ TEST_CASE("without a backend the cache is served and TuneDense says why") {
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_CASE("--backend=cuda without a usable device serves the cache and says why") {
+  DaemonProcess d({"--backend=cuda"});
+  auto stub = d.Stub();
+  v1::GetStatusResponse status = Status(*stub);
+  if (status.backend_ready()) {
+    WARN("skipped: a CUDA device is present");
+    return;
+  }
+  CHECK(status.backend() == "none");
+  CHECK(status.backend_error().find("CUDA") != std::string::npos);
+  v1::TuneDenseRequest req;
+  *req.mutable_key() = DenseKey(1);
+  v1::TuneDenseResponse resp;
+  grpc::Status s = stub->TuneDense(Ctx().get(), req, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(s.error_message().find(status.backend_error()) != std::string::npos);
+  // The cache still works.
+  const uint64_t claim = Claim(*stub, DenseKey(1), "p").claim().claim_id();
+  v1::RecordResponse recorded;
+  CHECK(Record(*stub, claim, "k", &recorded).ok());
+}
+
+TEST_CASE("--backend=auto falls back to the host backend with a warning") {
+  DaemonProcess d({"--backend=auto"});
+  v1::GetStatusResponse status = Status(*d.Stub());
+  if (status.backend() == "cuda") {
+    WARN("skipped: a CUDA device is present");
+    return;
+  }
+  CHECK(status.backend() == "host");
+  CHECK(status.backend_ready());
+  CHECK(d.Log().find("benchmarking on the host CPU instead") !=
+        std::string::npos);
+}
+
 TEST_CASE("SIGTERM shuts down cleanly with exit status 0") {
   DaemonProcess d({"--backend=none"});
   const int status = d.Terminate();

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what building and testing gputune needs on Debian 12 (as root).
+# Quiet and quick when everything is there already.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev catch2 libsqlite3-dev sqlite3 libsystemd-dev
+  systemd dpkg-dev file
+  # grpcprobe, the grpcurl stand-in the reflection test uses
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "gputune: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "gputune: CUDA toolkit found at /usr/local/cuda (the CUDA backend is built)" >&2
+else
+  echo "gputune: no CUDA toolkit at /usr/local/cuda: building without the CUDA backend" >&2
+fi
+
+# grpcprobe (grpcurl stand-in) from the shared tools, when they are beside us.
+here=$(cd "$(dirname "$0")/.." && pwd)
+probe_src="$here/../shared/tools/grpcprobe"
+if ! command -v grpcprobe >/dev/null 2>&1 && [[ -f "$probe_src/build.sh" ]]; then
+  GOCACHE=/tmp/grpcprobe-gocache sh "$probe_src/build.sh" /usr/local/bin/grpcprobe >&2 || \
+    echo "gputune: grpcprobe did not build; the reflection test will be skipped" >&2
+fi

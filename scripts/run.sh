@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Quick start: installs dependencies, builds, and runs gputuned in the
+# foreground on a local socket and database:
+#   socket   unix://$PWD/var/gpu0.sock
+#   database $PWD/var/gpu0.db
+# with the CUDA backend when a GPU is usable, else the host (CPU) backend.
+# Extra arguments go to gputuned (e.g. --backend=host). Ctrl-C stops it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bash "$root/scripts/install-deps.sh"
+bash "$root/scripts/build.sh"
+cd "$root"
+echo "gputune: starting gputuned; try: build/client/gputunectl --endpoint=unix://$root/var/gpu0.sock status" >&2
+exec "$root/build/daemon/gputuned" --backend=auto "$@"
