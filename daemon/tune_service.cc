@@ -369,6 +369,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
     absl::StatusOr<std::vector<v1::Entry>> page =
         store_->List(*query, request->page_token(), limit);
     if (!page.ok()) return page.status();
+    if (static_cast<int>(page->size()) == limit) {
+      response->set_next_page_token(KeyId(page->back().key()));
+    }
     for (v1::Entry& entry : *page) {
       const bool hit = !info_.fingerprint_digest ||
                        FingerprintDigest(entry.fingerprint()) ==
@@ -376,9 +379,6 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
       response->add_states(hit ? v1::KEY_STATE_HIT : v1::KEY_STATE_STALE);
       if (!request->with_measurements()) entry.clear_measurements();
       *response->add_entries() = std::move(entry);
-    }
-    if (static_cast<int>(page->size()) == limit) {
-      response->set_next_page_token(KeyId(page->back().key()));
     }
     return absl::OkStatus();
   });

@@ -30,7 +30,8 @@ struct DenseShape {
 // enough to run exactly what was measured. Mirrors gputune.v1.Execution.
 struct Execution {
   std::string kernel;                     // e.g. "host.blocked", "cublaslt"
-  std::map<std::string, int64_t> params;  // family-specific, by name
+  // Family-specific, by name. Values fit in int32 (gputune.v1.Execution).
+  std::map<std::string, int64_t> params;
   uint64_t workspace_bytes = 0;
 
   // "kernel(a=1,b=2)" for logs and tables, with " workspace_bytes=N" appended

@@ -6,7 +6,8 @@ v1::Execution ToProto(const kernels::Execution& exec) {
   v1::Execution out;
   out.set_kernel(exec.kernel);
   for (const auto& [name, value] : exec.params) {
-    (*out.mutable_params())[name] = value;
+    // Kernel parameters are small integers (ids, tile sizes, factors).
+    (*out.mutable_params())[name] = static_cast<int32_t>(value);
   }
   out.set_workspace_bytes(exec.workspace_bytes);
   return out;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "grpcpp/client_context.h"
@@ -161,6 +162,50 @@ TEST_CASE("every acknowledged Record survives kill -9 and restart") {
   SECTION("and claim ids issued after the restart are new") {
     v1::ClaimResponse r = Claim(*stub, DenseKey(999), "p");
     CHECK(r.claim().claim_id() > kRecords);
+  }
+}
+
+TEST_CASE("ListEntries pages through every entry exactly once") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  for (int i = 1; i <= 5; ++i) {
+    const uint64_t claim = Claim(*stub, DenseKey(i), "p").claim().claim_id();
+    v1::RecordResponse resp;
+    REQUIRE(Record(*stub, claim, "k", &resp).ok());
+  }
+  std::set<uint32_t> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::ListEntriesRequest req;
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListEntriesResponse resp;
+    REQUIRE(stub->ListEntries(Ctx().get(), req, &resp).ok());
+    for (const auto& e : resp.entries()) {
+      CHECK(seen.insert(e.key().dense_bf16().tokens()).second);
+      CHECK(e.measurements_size() == 0);
+    }
+    for (auto state : resp.states()) CHECK(state == v1::KEY_STATE_HIT);
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  CHECK(seen.size() == 5);
+  CHECK(pages == 3);
+  SECTION("a filter on another role lists nothing") {
+    v1::ListEntriesRequest req;
+    req.mutable_filter()->set_role("other");
+    v1::ListEntriesResponse resp;
+    REQUIRE(stub->ListEntries(Ctx().get(), req, &resp).ok());
+    CHECK(resp.entries_size() == 0);
+  }
+  SECTION("DeleteEntries by filter removes them from lookups too") {
+    v1::DeleteEntriesRequest req;
+    req.mutable_filter()->set_role("test.role");
+    v1::DeleteEntriesResponse resp;
+    REQUIRE(stub->DeleteEntries(Ctx().get(), req, &resp).ok());
+    CHECK(resp.deleted() == 5);
+    CHECK(Lookup(*stub, DenseKey(1)).state() == v1::KEY_STATE_MISS);
   }
 }
 
