@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
@@ -18,13 +19,6 @@ Arbiter::Arbiter(const ArbiterOptions& options, const Clock* clock,
       clock_(clock),
       reserver_(std::move(reserver)),
       fingerprint_digest_(std::move(fingerprint_digest)) {}
-
-v1::Entry Arbiter::Summary(const v1::Entry& entry) {
-  v1::Entry summary = entry;
-  summary.clear_measurements();
-  summary.clear_fingerprint();
-  return summary;
-}
 
 std::string Arbiter::StaleReasonFor(bool fingerprint_matches,
                                     absl::string_view entry_candidate_set,
@@ -51,26 +45,43 @@ bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
   return lease.recording || now < lease.deadline;
 }
 
-void Arbiter::SetEntryLocked(const std::string& key_id,
-                             const v1::Entry& entry) {
+void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
+                             std::string candidate_set,
+                             bool fingerprint_matches) {
   Slot& slot = slots_[key_id];
   if (slot.has_entry) {
     --entries_;
     if (!slot.fingerprint_matches) --stale_entries_;
   }
-  slot.entry_summary = Summary(entry).SerializeAsString();
-  slot.entry_candidate_set = entry.key().candidate_set();
+  slot.entry_summary = std::move(summary);
+  slot.entry_candidate_set = std::move(candidate_set);
   slot.has_entry = true;
-  slot.fingerprint_matches =
-      !fingerprint_digest_ ||
-      FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_;
+  slot.fingerprint_matches = fingerprint_matches;
   ++entries_;
   if (!slot.fingerprint_matches) ++stale_entries_;
+}
+
+void Arbiter::SetEntryLocked(const std::string& key_id,
+                             const v1::Entry& entry) {
+  SetEntryLocked(key_id, EntrySummary(entry).SerializeAsString(),
+                 entry.key().candidate_set(),
+                 !fingerprint_digest_ ||
+                     FingerprintDigest(entry.fingerprint()) ==
+                         *fingerprint_digest_);
 }
 
 void Arbiter::Load(const std::string& key_id, const v1::Entry& entry) {
   absl::MutexLock lock(&mu_);
   SetEntryLocked(key_id, entry);
+}
+
+void Arbiter::LoadSummary(const std::string& key_id, std::string summary,
+                          std::string candidate_set,
+                          const std::string& fingerprint_digest) {
+  absl::MutexLock lock(&mu_);
+  SetEntryLocked(key_id, std::move(summary), std::move(candidate_set),
+                 !fingerprint_digest_ ||
+                     fingerprint_digest == *fingerprint_digest_);
 }
 
 v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
@@ -172,7 +183,8 @@ absl::StatusOr<v1::ClaimResponse> Arbiter::Claim(const v1::Key& key,
     if (!id.ok()) return id.status();
     Slot& slot = slots_[key_id];
     if (slot.lease) claims_.erase(slot.lease->claim_id);  // expired: superseded
-    slot.lease = Lease{*id, key, std::string(holder), now, now + ttl, false};
+    slot.lease = std::make_unique<Lease>(
+        Lease{*id, key, std::string(holder), now, now + ttl, false});
     claims_[*id] = key_id;
     response.set_outcome(v1::CLAIM_OUTCOME_GRANTED);
     v1::ClaimInfo* claim = response.mutable_claim();

@@ -69,6 +69,13 @@ class Arbiter {
   // Adds an entry at start-up (no watchers exist yet).
   void Load(const std::string& key_id, const v1::Entry& entry)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same from what the store keeps for the index (TuneStore::
+  // ForEachSummary): the serialized summary, its candidate set and the
+  // digest of the entry's fingerprint. No parsing: restarts stay fast.
+  void LoadSummary(const std::string& key_id, std::string summary,
+                   std::string candidate_set,
+                   const std::string& fingerprint_digest)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The key's state. `key` must be valid (ValidateKey).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -138,9 +145,6 @@ class Arbiter {
                                  absl::string_view candidate_set,
                                  const std::optional<std::string>& digest);
 
-  // An entry without its measurements and fingerprint: what lookups carry
-  // (a HIT's fingerprint is the daemon's own; GetEntry has both).
-  static v1::Entry Summary(const v1::Entry& entry);
 
  private:
   struct Lease {
@@ -156,7 +160,7 @@ class Arbiter {
     std::string entry_candidate_set;
     bool has_entry = false;
     bool fingerprint_matches = true;
-    std::optional<Lease> lease;
+    std::unique_ptr<Lease> lease;  // few keys have one: 8 bytes when not
     std::vector<absl::Time> abandons;  // within the window
     absl::Time backoff_until = absl::InfinitePast();
   };
@@ -182,6 +186,9 @@ class Arbiter {
   v1::KeyStatus StatusLocked(const v1::Key& key, const Slot* slot,
                              absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void SetEntryLocked(const std::string& key_id, std::string summary,
+                      std::string candidate_set, bool fingerprint_matches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetEntryLocked(const std::string& key_id, const v1::Entry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Statuses for every watcher of key_id, to deliver after unlocking.

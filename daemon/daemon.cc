@@ -1,6 +1,7 @@
 #include "absl/strings/string_view.h"
 #include "daemon/daemon.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -54,6 +55,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   const std::filesystem::path db_dir =
       std::filesystem::path(config.db).parent_path();
   if (!db_dir.empty()) std::filesystem::create_directories(db_dir, ec);
+  const absl::Time open_start = absl::Now();
   storage::OpenReport report;
   absl::StatusOr<std::unique_ptr<storage::TuneStore>> store =
       storage::TuneStore::Open({config.db, config.db_sync_full}, &report);
@@ -95,10 +97,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       arbiter_options, &d->clock_,
       [raw_store](uint64_t n) { return raw_store->ReserveClaimIds(n); },
       info.fingerprint_digest);
+  const absl::Time load_start = absl::Now();
   int64_t loaded = 0;
-  if (absl::Status s = d->store_->ForEach(
-          [&](const std::string& key_id, v1::Entry&& entry) {
-            d->arbiter_->Load(key_id, entry);
+  if (absl::Status s = d->store_->ForEachSummary(
+          [&](std::string key_id, std::string summary, std::string cs,
+              std::string fingerprint) {
+            d->arbiter_->LoadSummary(key_id, std::move(summary), std::move(cs),
+                                     fingerprint);
             ++loaded;
           });
       !s.ok()) {
@@ -106,6 +111,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                                                s.message()));
   }
 
+  spdlog::info("database {} opened and checked in {}, {} entries indexed in {}",
+               config.db, absl::FormatDuration(load_start - open_start), loaded,
+               absl::FormatDuration(absl::Now() - load_start));
+  malloc_trim(0);  // hand loading's transient pages back to the system
   d->store_executor_ = std::make_unique<SerialExecutor>();
   JobQueueOptions job_options;
   job_options.capacity = config.queue_capacity;

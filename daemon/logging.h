@@ -21,9 +21,10 @@ struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
 
 namespace gputune {
 
-// Under systemd ($JOURNAL_STREAM set) each line is "<priority>message": the
-// journal adds its own timestamp and reads the syslog priority from the
-// prefix. Otherwise lines carry a timestamp and level. Logs go to stderr.
+// Under systemd (stderr is the stream $JOURNAL_STREAM names) each line is
+// "<priority>message": the journal adds its own timestamp and reads the syslog
+// priority from the prefix. Otherwise lines carry a timestamp and level. Logs
+// go to stderr.
 void SetUpLogging(const std::string& level);
 
 }  // namespace gputune

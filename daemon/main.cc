@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/logging.h"
@@ -15,8 +16,8 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  absl::StatusOr<gputune::Config> config =
-      gputune::ParseConfig(args, [](const char* name) { return std::getenv(name); });
+  absl::StatusOr<gputune::Config> config = gputune::ParseConfig(
+      args, [](const char* name) { return std::getenv(name); });
   if (!config.ok()) {
     std::cerr << "gputuned: " << config.status().message() << "\n";
     return 2;
@@ -42,10 +43,14 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", daemon.status().message());
     return 1;
   }
+  // systemctl status shows STATUS=: say which GPU this instance serves.
+  const std::string device =
+      absl::StrCat("device ", config->device, " (",
+                   (*daemon)->info().fingerprint.device_name(), "): ");
+  auto status = [&] { return device + (*daemon)->StatusLine(); };
   gputune::Notifier notifier(config->watchdog_interval);
-  notifier.Ready((*daemon)->StatusLine());
-  notifier.StartWatchdog([&] { return (*daemon)->Alive(); },
-                         [&] { return (*daemon)->StatusLine(); });
+  notifier.Ready(status());
+  notifier.StartWatchdog([&] { return (*daemon)->Alive(); }, status);
 
   while (true) {
     int sig = 0;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 
@@ -23,7 +25,9 @@ CREATE TABLE entries (
   phase       INTEGER NOT NULL,
   role        TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
+  candidate_set TEXT NOT NULL,
   updated_at  INTEGER NOT NULL,
+  summary     BLOB NOT NULL,
   entry       BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX entries_by_op ON entries (op, phase, role);
@@ -193,11 +197,43 @@ absl::Status TuneStore::ForEach(
   }
 }
 
+absl::Status TuneStore::ForEachSummary(
+    const std::function<void(std::string key_id, std::string summary,
+                             std::string candidate_set,
+                             std::string fingerprint)>& fn) {
+  constexpr int kPage = 4096;
+  std::string after;
+  while (true) {
+    std::vector<std::array<std::string, 4>> rows;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::StatusOr<Statement> st = db_.Prepare(
+          "SELECT key_id, summary, candidate_set, fingerprint FROM entries "
+          "WHERE key_id > ?1 ORDER BY key_id LIMIT ?2");
+      if (!st.ok()) return st.status();
+      st->BindText(1, after);
+      st->BindInt(2, kPage);
+      while (true) {
+        absl::StatusOr<bool> row = st->Step();
+        if (!row.ok()) return row.status();
+        if (!*row) break;
+        rows.push_back({st->ColumnText(0), st->ColumnBlob(1),
+                        st->ColumnText(2), st->ColumnText(3)});
+      }
+    }
+    if (!rows.empty()) after = rows.back()[0];
+    for (auto& r : rows) {
+      fn(std::move(r[0]), std::move(r[1]), std::move(r[2]), std::move(r[3]));
+    }
+    if (static_cast<int>(rows.size()) < kPage) return absl::OkStatus();
+  }
+}
+
 absl::Status TuneStore::PutLocked(const v1::Entry& entry) {
   absl::StatusOr<Statement> st = db_.Prepare(
-      "INSERT OR REPLACE INTO entries "
-      "(key_id, op, phase, role, fingerprint, updated_at, entry) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      "INSERT OR REPLACE INTO entries (key_id, op, phase, role, fingerprint, "
+      "candidate_set, updated_at, summary, entry) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   if (!st.ok()) return st.status();
   st->BindText(1, KeyId(entry.key()));
   st->BindText(2, KeyOp(entry.key()));
@@ -205,8 +241,10 @@ absl::Status TuneStore::PutLocked(const v1::Entry& entry) {
   st->BindText(4, entry.key().has_dense_bf16() ? entry.key().dense_bf16().role()
                                                : std::string());
   st->BindText(5, FingerprintDigest(entry.fingerprint()));
-  st->BindInt(6, absl::ToUnixMillis(absl::Now()));
-  st->BindBlob(7, entry.SerializeAsString());
+  st->BindText(6, entry.key().candidate_set());
+  st->BindInt(7, absl::ToUnixMillis(absl::Now()));
+  st->BindBlob(8, EntrySummary(entry).SerializeAsString());
+  st->BindBlob(9, entry.SerializeAsString());
   return st->Run();
 }
 

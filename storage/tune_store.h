@@ -1,8 +1,10 @@
 // TuneStore: the durable tune cache, one SQLite database per daemon.
 //
 // Schema (PRAGMA user_version = 1):
-//   entries(key_id TEXT PRIMARY KEY, op, phase, role, fingerprint, updated_at,
-//           entry BLOB)   -- entry is a serialized gputune.v1.Entry
+//   entries(key_id TEXT PRIMARY KEY, op, phase, role, fingerprint (digest),
+//           candidate_set, updated_at,
+//           summary BLOB,  -- serialized EntrySummary (what lookups return)
+//           entry BLOB)    -- the serialized gputune.v1.Entry
 //   meta(name TEXT PRIMARY KEY, value INTEGER)  -- e.g. the claim-id high water
 //
 // The database runs in WAL mode; with synchronous=FULL (the default) a Put
@@ -73,6 +75,15 @@ class TuneStore {
   absl::Status ForEach(
       const std::function<void(const std::string& key_id, v1::Entry&& entry)>&
           fn);
+
+  // Calls fn for every entry with what the in-memory index needs (key id,
+  // serialized EntrySummary, candidate set, fingerprint digest), in key
+  // order, a page at a time, without holding the store's lock. Parses
+  // nothing: a restart with 100k entries stays fast.
+  absl::Status ForEachSummary(
+      const std::function<void(std::string key_id, std::string summary,
+                               std::string candidate_set,
+                               std::string fingerprint)>& fn);
 
   // Inserts or replaces the entry for its key. Durable when OK.
   absl::Status Put(const v1::Entry& entry);
