@@ -87,10 +87,13 @@ JobQueue::JobQueue(const JobQueueOptions& options, Arbiter* arbiter,
       arbiter_(arbiter),
       store_(store),
       backend_(backend),
-      backend_error_(std::move(backend_error)),
       clock_(clock),
       autotune_log_(options.tune.log) {
-  if (backend_ != nullptr) {
+  if (backend_ == nullptr) {
+    absl::MutexLock lock(&mu_);
+    backend_error_ = backend_error.empty() ? "no benchmark backend"
+                                           : std::move(backend_error);
+  } else {
     worker_ = std::thread([this] { WorkerLoop(); });
     monitor_ = std::thread([this] {
       absl::MutexLock lock(&mu_);
@@ -137,10 +140,24 @@ void JobQueue::SetAutotuneLog(kernels::AutotuneLog level) {
   autotune_log_.store(level);
 }
 
+bool JobQueue::device_lost() const {
+  return backend_ != nullptr && !ready();
+}
+
+bool JobQueue::ready() const {
+  absl::MutexLock lock(&mu_);
+  return backend_error_.empty();
+}
+
+std::string JobQueue::backend_error() const {
+  absl::MutexLock lock(&mu_);
+  return backend_error_;
+}
+
 void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
-  if (backend_ == nullptr) {
+  if (std::string error = backend_error(); !error.empty()) {
     done(absl::FailedPreconditionError(
-        absl::StrCat("this gputuned cannot benchmark: ", backend_error_)));
+        absl::StrCat("this gputuned cannot benchmark: ", error)));
     return;
   }
   if (v1::KeyStatus status = arbiter_->Lookup(key);
@@ -330,6 +347,18 @@ void JobQueue::Run(Job& job) {
   } catch (const std::exception& e) {
     report.ok = false;
     report.error = absl::StrCat("engine error: ", e.what());
+  }
+  // A lost device makes every result of the job suspect: record nothing.
+  if (std::string lost = backend_->DeviceError(); !lost.empty()) {
+    spdlog::critical(
+        "the device is unusable ({}): TuneDense is refused until gputuned "
+        "restarts; the cache is still served",
+        lost);
+    report.ok = false;
+    report.error = absl::StrCat("the device was lost: ", lost);
+    absl::MutexLock lock(&mu_);
+    backend_error_ =
+        absl::StrCat("the device was lost: ", lost, " (restart gputuned)");
   }
   if (cancel_.load() && !report.ok && report.error == "cancelled") {
     report.error = "cancelled (daemon shutting down or job over its time limit)";

@@ -12,7 +12,11 @@
 //
 // A job that fails (no valid candidate, exception, over its time limit,
 // shutdown) abandons its claim (BACKOFF rules apply) and its waiters get the
-// reason. Nothing is written for it.
+// reason. Nothing is written for it. After every job the backend is asked
+// whether its device is still usable (Backend::DeviceError): a lost device
+// (a sticky CUDA error) fails that job and refuses TuneDense from then on
+// with FAILED_PRECONDITION; the cache is still served, and the watchdog stops
+// pinging so that systemd restarts the daemon with a fresh context.
 //
 // Thread-safe. TuneDense never blocks: it answers through `done`, on the
 // calling thread (HIT, PENDING, refusals) or on the worker thread.
@@ -87,9 +91,12 @@ class JobQueue {
   };
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Whether TuneDense can benchmark; the reason when it cannot.
-  bool ready() const { return backend_ != nullptr; }
-  const std::string& backend_error() const { return backend_error_; }
+  // Whether TuneDense can benchmark; the reason when it cannot (no backend,
+  // or the device was lost: see Backend::DeviceError).
+  bool ready() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string backend_error() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True once a backend that worked has lost its device.
+  bool device_lost() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Job {
@@ -116,7 +123,6 @@ class JobQueue {
   Arbiter* const arbiter_;
   storage::TuneStore* const store_;
   kernels::Backend* const backend_;
-  const std::string backend_error_;
   const Clock* const clock_;
   std::atomic<kernels::AutotuneLog> autotune_log_;
 
@@ -131,6 +137,8 @@ class JobQueue {
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Why TuneDense cannot benchmark; empty while it can.
+  std::string backend_error_ ABSL_GUARDED_BY(mu_);
   // Callers waiting on a client's claim, by watch id.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Follower>> followers_
       ABSL_GUARDED_BY(mu_);

@@ -61,6 +61,12 @@ class Backend {
   virtual Comparison RunAndCompare(Workload& workload, const Execution& exec,
                                    double atol, double rtol) = 0;
 
+  // Empty while the device can still run work; otherwise why it cannot (a
+  // sticky CUDA error such as an illegal address leaves the context unusable
+  // for the rest of the process). The daemon asks after every failed job and
+  // stops benchmarking on a lost device instead of blaming every candidate.
+  virtual std::string DeviceError() { return ""; }
+
   // Times `reps` back-to-back runs of the candidate after evicting caches (or
   // rotating inputs) and returns the mean seconds per run.
   virtual double TimeSample(Workload& workload, const Execution& exec,

@@ -177,6 +177,22 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
+std::string CudaBackend::DeviceError() {
+  // Errors from kernel launches are sticky: once one happened, every call on
+  // the context returns it. A non-sticky error has been reported to the
+  // candidate that caused it already; clear it.
+  if (cudaSetDevice(device_) != cudaSuccess) {
+    return std::string("cudaSetDevice: ") +
+           cudaGetErrorString(cudaGetLastError());
+  }
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return std::string("cudaDeviceSynchronize: ") + cudaGetErrorString(err);
+}
+
 void CudaBackend::Activate() const {
   CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
 }

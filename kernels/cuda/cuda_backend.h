@@ -138,6 +138,8 @@ class CudaBackend final : public Backend {
                            double atol, double rtol) override;
   double TimeSample(Workload& workload, const Execution& exec,
                     int reps) override;
+  // A sticky error of the device's context (cudaDeviceSynchronize), if any.
+  std::string DeviceError() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

@@ -30,7 +30,7 @@ int64_t Param(const Execution& exec, const char* name, int64_t fallback) {
 std::string FaultExecutionError(const Execution& exec) {
   if (!IsFault(exec)) return HostExecutionError(exec);
   if (exec.kernel == "fault.wrong" || exec.kernel == "fault.throws" ||
-      exec.kernel == "fault.slow") {
+      exec.kernel == "fault.slow" || exec.kernel == "fault.lose_device") {
     return "";
   }
   if (exec.kernel == "fault.fixed") {
@@ -117,10 +117,16 @@ std::unique_ptr<Workload> FaultBackend::Prepare(const DenseShape& shape,
   return host_.Prepare(shape, seed);
 }
 
+std::string FaultBackend::DeviceError() { return device_error_; }
+
 Comparison FaultBackend::RunAndCompare(Workload& workload,
                                        const Execution& exec, double atol,
                                        double rtol) {
   if (!IsFault(exec)) return host_.RunAndCompare(workload, exec, atol, rtol);
+  if (exec.kernel == "fault.lose_device") {
+    device_error_ = "injected device loss";
+    throw std::runtime_error("injected device loss");
+  }
   HostWorkload& wl = HostBackend::AsHost(workload);
   RunFault(wl, exec, /*timing=*/false);
   return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);

@@ -14,6 +14,9 @@
 //                                    failure") in validation, or (on_timing=1)
 //                                    only when timed
 //   fault.slow      sleep_ms=50      correct, but sleeps sleep_ms per run
+//   fault.lose_device                throws, and from then on DeviceError()
+//                                    reports "injected device loss" (a
+//                                    sticky CUDA error, simulated)
 //   fault.fixed     time_us=100      correct; TimeSample reports exactly
 //                                    time_us per run without running anything,
 //                                    so selection tests are deterministic
@@ -62,9 +65,12 @@ class FaultBackend final : public Backend {
                            double atol, double rtol) override;
   double TimeSample(Workload& workload, const Execution& exec,
                     int reps) override;
+  // Set once a fault.lose_device candidate ran.
+  std::string DeviceError() override;
 
  private:
   HostBackend host_;
+  std::string device_error_;
   const std::vector<Execution> candidates_;
 };
 

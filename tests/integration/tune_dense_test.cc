@@ -176,6 +176,27 @@ TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
   CHECK(Status(*stub).jobs_failed() == 1);
 }
 
+TEST_CASE("a lost device stops benchmarking but the cache is still served") {
+  DaemonProcess d({"--backend=fault",
+                   "--fault_candidates=host.naive;fault.lose_device"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  grpc::Status failed = Tune(*stub, DenseKey(1, 64, 64), true, &resp);
+  CHECK(failed.error_code() == grpc::StatusCode::ABORTED);
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK_FALSE(status.backend_ready());
+  CHECK(status.backend_error().find("device was lost") != std::string::npos);
+  grpc::Status refused = Tune(*stub, DenseKey(2, 64, 64), true, &resp);
+  CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(refused.error_message().find("injected device loss") !=
+        std::string::npos);
+  CHECK(d.Log().find("the device is unusable") != std::string::npos);
+  v1::LookupRequest req;
+  *req.mutable_key() = DenseKey(3, 64, 64);
+  v1::LookupResponse look;
+  CHECK(stub->Lookup(Ctx().get(), req, &look).ok());
+}
+
 TEST_CASE("the queue refuses new jobs when full") {
   DaemonProcess d({"--backend=fault", "--queue_capacity=1",
                    "--fault_candidates=fault.slow(sleep_ms=400);host.naive"});
