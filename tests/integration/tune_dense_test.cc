@@ -295,3 +295,46 @@ TEST_CASE("the min-improvement rule keeps the default within the threshold") {
 }
 
 }  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE("the autotune log level changes at runtime") {
+  testing::DaemonProcess d({"--backend=host", "--autotune_log=disabled",
+                            "--tune_budget=100ms"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  REQUIRE(Tune(*stub, testing::DenseKey(1, 64, 64), true, &resp).ok());
+  CHECK(d.Log().find("autotune") == std::string::npos);
+
+  v1::SetLogLevelRequest req;
+  req.set_autotune_log("full");
+  v1::SetLogLevelResponse set;
+  REQUIRE(d.AdminStub()->SetLogLevel(Ctx().get(), req, &set).ok());
+  CHECK(set.autotune_log() == "full");
+  CHECK(set.level() == "info");
+  REQUIRE(Tune(*stub, testing::DenseKey(2, 64, 64), true, &resp).ok());
+  const std::string log = d.Log();
+  CHECK(log.find("autotune") != std::string::npos);
+  CHECK(log.find("host.naive") != std::string::npos);
+
+  req.set_autotune_log("loud");
+  CHECK(d.AdminStub()->SetLogLevel(Ctx().get(), req, &set).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("Backup writes an online copy and refuses to overwrite") {
+  testing::DaemonProcess d({"--backend=host"});
+  auto admin = d.AdminStub();
+  v1::BackupRequest req;
+  v1::BackupResponse resp;
+  req.set_path("relative.db");
+  CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  req.set_path(d.dir() + "/backup.db");
+  REQUIRE(admin->Backup(Ctx().get(), req, &resp).ok());
+  CHECK(resp.bytes() > 0);
+  CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
+        grpc::StatusCode::ALREADY_EXISTS);
+}
+
+}  // namespace gputune
