@@ -205,6 +205,7 @@ bool Daemon::Alive() {
   // A lost device needs a new process (a new CUDA context): let systemd's
   // watchdog restart us.
   if (jobs_->device_lost()) return false;
+  if (!jobs_->WorkerAlive()) return false;
   // The sweeper must have run since the last check...
   const int64_t sweeps = sweeps_.load();
   const bool sweeping = sweeps != last_alive_sweeps_;

@@ -44,8 +44,9 @@ class Daemon {
   void Shutdown();
 
   // Whether the lease sweeper ran since the last call, the gRPC server
-  // answers a health check through its in-process channel, and the device
-  // (if any) was not lost: what the watchdog reports. Call from one thread, at intervals above 100 ms.
+  // answers a health check through its in-process channel, the device worker
+  // is not stuck, and the device (if any) was not lost: what the watchdog
+  // reports. Call from one thread, at intervals above 100 ms.
   bool Alive();
 
   // One line for sd_notify STATUS= and logs: entries, claims, queue, backend.

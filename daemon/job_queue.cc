@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/logging.h"
 #include "proto/execution_convert.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
-#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -89,6 +89,10 @@ JobQueue::JobQueue(const JobQueueOptions& options, Arbiter* arbiter,
       backend_(backend),
       clock_(clock),
       autotune_log_(options.tune.log) {
+  {
+    absl::MutexLock lock(&mu_);
+    worker_tick_ = clock_->Now();
+  }
   if (backend_ == nullptr) {
     absl::MutexLock lock(&mu_);
     backend_error_ = backend_error.empty() ? "no benchmark backend"
@@ -140,9 +144,17 @@ void JobQueue::SetAutotuneLog(kernels::AutotuneLog level) {
   autotune_log_.store(level);
 }
 
-bool JobQueue::device_lost() const {
-  return backend_ != nullptr && !ready();
+bool JobQueue::WorkerAlive() const {
+  if (backend_ == nullptr) return true;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  const absl::Time now = clock_->Now();
+  if (running_)
+    return now - running_since_ < options_.job_timeout + absl::Seconds(30);
+  return now - worker_tick_ < absl::Seconds(10);
 }
+
+bool JobQueue::device_lost() const { return backend_ != nullptr && !ready(); }
 
 bool JobQueue::ready() const {
   absl::MutexLock lock(&mu_);
@@ -287,10 +299,8 @@ void JobQueue::Follow(const v1::Key& key, DoneFn done) {
 std::shared_ptr<JobQueue::Job> JobQueue::PopLocked() {
   auto best = std::min_element(
       queue_.begin(), queue_.end(), [](const auto& a, const auto& b) {
-        const bool a_decode =
-            a->key.dense_bf16().phase() == v1::PHASE_DECODE;
-        const bool b_decode =
-            b->key.dense_bf16().phase() == v1::PHASE_DECODE;
+        const bool a_decode = a->key.dense_bf16().phase() == v1::PHASE_DECODE;
+        const bool b_decode = b->key.dense_bf16().phase() == v1::PHASE_DECODE;
         if (a_decode != b_decode) return a_decode;
         return a->order < b->order;
       });
@@ -304,11 +314,16 @@ void JobQueue::WorkerLoop() {
     std::shared_ptr<Job> job;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
+      const absl::Condition work(
           +[](JobQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
             return q->stopping_ || !q->queue_.empty();
           },
-          this));
+          this);
+      // Wake every second while idle: the heartbeat WorkerAlive checks.
+      while (!mu_.AwaitWithTimeout(work, absl::Seconds(1))) {
+        worker_tick_ = clock_->Now();
+      }
+      worker_tick_ = clock_->Now();
       if (stopping_) return;
       job = PopLocked();
       running_ = job;
@@ -361,7 +376,8 @@ void JobQueue::Run(Job& job) {
         absl::StrCat("the device was lost: ", lost, " (restart gputuned)");
   }
   if (cancel_.load() && !report.ok && report.error == "cancelled") {
-    report.error = "cancelled (daemon shutting down or job over its time limit)";
+    report.error =
+        "cancelled (daemon shutting down or job over its time limit)";
   }
 
   absl::StatusOr<v1::KeyStatus> result;

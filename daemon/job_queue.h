@@ -97,6 +97,9 @@ class JobQueue {
   std::string backend_error() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once a backend that worked has lost its device.
   bool device_lost() const ABSL_LOCKS_EXCLUDED(mu_);
+  // False when the device worker is stuck: idle but not looping, or in one
+  // job well past job_timeout. True without a backend (no worker to check).
+  bool WorkerAlive() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Job {
@@ -133,6 +136,7 @@ class JobQueue {
   std::vector<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Job> running_ ABSL_GUARDED_BY(mu_);
   absl::Time running_since_ ABSL_GUARDED_BY(mu_);
+  absl::Time worker_tick_ ABSL_GUARDED_BY(mu_);  // idle loop heartbeat
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;

@@ -39,8 +39,9 @@ void Notifier::StartWatchdog(std::function<bool()> alive,
         sd_notify(0, absl::StrCat("WATCHDOG=1\nSTATUS=", status()).c_str());
       } else {
         spdlog::error(
-            "watchdog: the gRPC server or lease sweeper is not responding; "
-            "not pinging systemd");
+            "watchdog: gputuned is unhealthy (gRPC server or lease sweeper "
+            "not responding, or the device lost); not pinging systemd, which "
+            "restarts the unit");
       }
       mu_.Lock();
     }

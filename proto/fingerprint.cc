@@ -5,8 +5,13 @@
 namespace gputune {
 
 std::string FingerprintDigest(const v1::Fingerprint& fp) {
+  // Which physical device of a model measured an entry does not change what
+  // is fastest on it: leave the UUID out, so that entries move between GPUs
+  // of the same model, driver and libraries (export/import) and stay HITs.
+  v1::Fingerprint identity = fp;
+  identity.clear_device_uuid();
   // Fingerprint has no map fields, so its serialization is canonical.
-  const std::string bytes = fp.SerializeAsString();
+  const std::string bytes = identity.SerializeAsString();
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (unsigned char c : bytes) {
     h ^= c;

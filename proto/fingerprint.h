@@ -1,5 +1,8 @@
-// Fingerprint identity: two entries were measured on the same device and
-// software exactly when their fingerprints' digests are equal.
+// Fingerprint identity: two entries were measured on the same kind of device
+// and software exactly when their fingerprints' digests are equal. The
+// device UUID is kept in entries for provenance but is not part of the
+// digest: another GPU of the same model, driver and libraries is the same
+// tuning target.
 #ifndef GPUTUNE_PROTO_FINGERPRINT_H_
 #define GPUTUNE_PROTO_FINGERPRINT_H_
 
@@ -9,7 +12,7 @@
 
 namespace gputune {
 
-// 16 hex digits over every field of the fingerprint.
+// 16 hex digits over every field of the fingerprint but device_uuid.
 std::string FingerprintDigest(const v1::Fingerprint& fp);
 
 }  // namespace gputune

@@ -384,7 +384,7 @@ TEST_CASE("without a backend the cache is served and TuneDense says why") {
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_CASE("--backend=cuda without a usable device serves the cache and says why") {
+TEST_CASE("the cuda backend without a usable device serves the cache and says why") {
   DaemonProcess d({"--backend=cuda"});
   auto stub = d.Stub();
   v1::GetStatusResponse status = Status(*stub);
@@ -406,7 +406,7 @@ TEST_CASE("--backend=cuda without a usable device serves the cache and says why"
   CHECK(Record(*stub, claim, "k", &recorded).ok());
 }
 
-TEST_CASE("--backend=auto falls back to the host backend with a warning") {
+TEST_CASE("the auto backend falls back to the host backend with a warning") {
   DaemonProcess d({"--backend=auto"});
   v1::GetStatusResponse status = Status(*d.Stub());
   if (status.backend() == "cuda") {

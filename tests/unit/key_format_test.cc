@@ -1,6 +1,7 @@
 // Key text and request validation (proto/key_format.h, proto/validation.h).
 #include "proto/key_format.h"
 
+#include "proto/fingerprint.h"
 #include "proto/validation.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
@@ -93,6 +94,23 @@ TEST_CASE("an imported entry is validated field by field") {
   e.add_measurements()->mutable_execution()->set_kernel("");
   CHECK(std::string(ValidateEntry(e, "e").message())
             .rfind("e.measurements[0].execution.kernel", 0) == 0);
+}
+
+}  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE("fingerprints differing only in the GPU's UUID are the same target") {
+  v1::Fingerprint a;
+  a.set_backend("cuda");
+  a.set_device_name("NVIDIA H200");
+  a.set_device_uuid("GPU-1111");
+  a.set_driver_version("580.1");
+  v1::Fingerprint b = a;
+  b.set_device_uuid("GPU-2222");
+  CHECK(FingerprintDigest(a) == FingerprintDigest(b));
+  b.set_driver_version("580.2");
+  CHECK(FingerprintDigest(a) != FingerprintDigest(b));
 }
 
 }  // namespace gputune
