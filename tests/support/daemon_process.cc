@@ -91,19 +91,21 @@ void DaemonProcess::Start() {
   throw std::runtime_error("gputuned did not serve within 20 s:\n" + Log());
 }
 
-void DaemonProcess::Kill() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
+int SignalAndReap(pid_t pid, int signal) {
+  if (pid <= 0) return -1;
+  kill(pid, signal);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+void DaemonProcess::Kill() {
+  SignalAndReap(pid_, SIGKILL);
   pid_ = -1;
 }
 
 int DaemonProcess::Terminate() {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
-  int status = 0;
-  waitpid(pid_, &status, 0);
+  const int status = SignalAndReap(pid_, SIGTERM);
   pid_ = -1;
   return status;
 }

@@ -74,6 +74,10 @@ pid_t SpawnGputuned(const std::vector<std::string>& args,
                     const std::map<std::string, std::string>& env,
                     const std::string& log_path);
 
+// Sends `signal` to `pid` and waits for it to exit; returns the waitpid
+// status, or -1 (doing nothing) when pid <= 0.
+int SignalAndReap(pid_t pid, int signal);
+
 // A Key for tests: dense_bf16 decode "test.role" with the given M and K/N.
 v1::Key DenseKey(uint32_t m, uint32_t k = 256, uint32_t n = 256,
                  const std::string& candidate_set = "cs1",
