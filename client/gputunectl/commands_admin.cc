@@ -1,0 +1,126 @@
+// status, backup, log-level.
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/gputunectl/commands.h"
+#include "client/gputunectl/entry_io.h"
+#include "client/gputunectl/table.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+
+namespace gputune::ctl {
+
+int RunStatus(Context& ctx) {
+  if (!ctx.cl.args.empty()) return UsageError(ctx, "status takes no arguments");
+  absl::StatusOr<v1::GetStatusResponse> s = ctx.client.GetStatus();
+  if (!s.ok()) return Fail(ctx, "status", s.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*s, /*pretty=*/true) << "\n";
+    return kExitOk;
+  }
+  const absl::Duration up =
+      absl::Trunc(absl::Now() - FromProto(s->started_at()), absl::Seconds(1));
+  const v1::Fingerprint& fp = s->fingerprint();
+  Table t({"FIELD", "VALUE"});
+  t.HideHeader();
+  t.AddRow({"gputuned", absl::StrCat(s->version(), " on ", s->listen_address(),
+                                     ", up ", absl::FormatDuration(up))});
+  t.AddRow({"backend",
+            absl::StrCat(s->backend(), s->backend_ready() ? ", ready" : "",
+                         s->backend_error().empty()
+                             ? ""
+                             : absl::StrCat(": ", s->backend_error()))});
+  t.AddRow({"device", absl::StrFormat("%s (%u processors, %.1f GiB)",
+                                      fp.device_name(), fp.processor_count(),
+                                      static_cast<double>(fp.memory_bytes()) /
+                                          (1ull << 30))});
+  t.AddRow(
+      {"database", absl::StrCat(s->database_path(), ": ", s->entries(),
+                                " entries, ", s->stale_entries(), " stale")});
+  if (!s->database_quarantined_to().empty()) {
+    t.AddRow({"QUARANTINED", absl::StrCat("a corrupt database was moved to ",
+                                          s->database_quarantined_to(),
+                                          ": inspect or delete it")});
+  }
+  t.AddRow({"queue", absl::StrCat(s->queue_depth(), " of ", s->queue_capacity(),
+                                  " waiting; ", s->jobs_completed(), " done, ",
+                                  s->jobs_failed(), " failed since start")});
+  if (s->has_running_job()) {
+    const v1::JobInfo& job = s->running_job();
+    t.AddRow(
+        {"tuning", absl::StrCat(KeyText(job.key()), ": ", job.candidates_done(),
+                                "/", job.candidates_total(), " candidates, ",
+                                job.waiters(), " waiting")});
+  }
+  t.AddRow({"backoff", absl::StrCat(s->backoff_keys(), " keys")});
+  t.AddRow({"claims", absl::StrCat(s->claims_size(), " live")});
+  t.Print(ctx.out);
+  if (s->claims_size() > 0) {
+    ctx.out << "\n";
+    Table claims({"CLAIM", "KEY", "HOLDER", "LEASE_LEFT"});
+    claims.AlignRight(0);
+    claims.AlignRight(3);
+    for (int i = 0; i < s->claims_size(); ++i) {
+      const v1::ClaimInfo& c = s->claims(i);
+      const absl::Duration left = FromProto(c.lease_deadline()) - absl::Now();
+      claims.AddRow({absl::StrCat(c.claim_id()),
+                     i < s->claim_keys_size() ? KeyText(s->claim_keys(i)) : "?",
+                     c.holder(),
+                     absl::FormatDuration(
+                         absl::Trunc(std::max(left, absl::ZeroDuration()),
+                                     absl::Milliseconds(100)))});
+    }
+    claims.Print(ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunBackup(Context& ctx) {
+  if (ctx.cl.args.size() != 1) return UsageError(ctx, "backup takes one PATH");
+  // The daemon resolves paths itself: send an absolute one.
+  std::error_code ec;
+  const std::string path =
+      std::filesystem::absolute(ctx.cl.args[0], ec).lexically_normal().string();
+  absl::StatusOr<uint64_t> bytes = ctx.client.Backup(path);
+  if (!bytes.ok()) {
+    return Fail(
+        ctx, absl::StrCat("backup to ", path),
+        bytes.status().code() == absl::StatusCode::kAlreadyExists
+            ? absl::AlreadyExistsError(absl::StrCat(
+                  bytes.status().message(), " (choose a new file name)"))
+            : bytes.status());
+  }
+  if (ctx.json) {
+    v1::BackupResponse response;
+    response.set_bytes(*bytes);
+    ctx.out << ToJson(response, /*pretty=*/false) << "\n";
+  } else {
+    ctx.out << "backed up the database to " << path << " (" << *bytes
+            << " bytes)\n";
+  }
+  return kExitOk;
+}
+
+int RunLogLevel(Context& ctx) {
+  if (ctx.cl.args.size() > 1 ||
+      (ctx.cl.args.empty() && !ctx.cl.Has("autotune-log"))) {
+    return UsageError(ctx,
+                      "log-level takes LEVEL (trace, debug, info, warn, "
+                      "error, critical, off) and/or --autotune-log");
+  }
+  v1::SetLogLevelRequest request;
+  if (!ctx.cl.args.empty()) request.set_level(ctx.cl.args[0]);
+  request.set_autotune_log(ctx.cl.Get("autotune-log"));
+  absl::StatusOr<v1::SetLogLevelResponse> r = ctx.client.SetLogLevel(request);
+  if (!r.ok()) return Fail(ctx, "log-level", r.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*r, /*pretty=*/false) << "\n";
+  } else {
+    ctx.out << "log level " << r->level() << ", autotune log "
+            << (r->autotune_log().empty() ? "-" : r->autotune_log()) << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace gputune::ctl

@@ -1,0 +1,272 @@
+// list, get, delete, export, import.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "client/gputunectl/commands.h"
+#include "client/gputunectl/entry_io.h"
+#include "client/gputunectl/table.h"
+#include "proto/key_format.h"
+
+namespace gputune::ctl {
+namespace {
+
+// ImportEntries requests stay below these (the daemon takes 100000 entries
+// and 64 MiB per request).
+constexpr size_t kImportChunkEntries = 10000;
+constexpr size_t kImportChunkBytes = 32 << 20;
+
+// Calls fn for each page of entries matching the command line's filter;
+// stops at the first page when `all` is false. Returns the next page token
+// (empty after the last page).
+absl::StatusOr<std::string> ForEachPage(
+    Context& ctx, bool all, bool with_measurements, int page_size,
+    const std::function<void(v1::ListEntriesResponse&)>& fn) {
+  absl::StatusOr<v1::EntryFilter> filter = FilterFromFlags(ctx.cl);
+  if (!filter.ok()) return filter.status();
+  v1::ListEntriesRequest request;
+  *request.mutable_filter() = *filter;
+  request.set_page_size(page_size);
+  request.set_page_token(ctx.cl.Get("page-token"));
+  request.set_with_measurements(with_measurements);
+  std::set<std::string> seen;  // tokens: never loop over the same pages
+  while (true) {
+    absl::StatusOr<v1::ListEntriesResponse> page =
+        ctx.client.ListEntries(request);
+    if (!page.ok()) return page.status();
+    fn(*page);
+    if (!all || page->next_page_token().empty()) {
+      return page->next_page_token();
+    }
+    if (!seen.insert(page->next_page_token()).second) {
+      return absl::InternalError(absl::StrCat(
+          "gputuned returned the page token '", page->next_page_token(),
+          "' twice: stopping instead of listing the same entries again "
+          "(a daemon bug; list with a larger --limit meanwhile)"));
+    }
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+}  // namespace
+
+int RunList(Context& ctx) {
+  absl::StatusOr<int> limit = IntFlag(ctx.cl, "limit", 100);
+  if (!limit.ok()) return UsageError(ctx, limit.status().message());
+  v1::ListEntriesResponse all;
+  Table table({"KEY", "STATE", "KERNEL", "CHOSEN", "DEFAULT", "SPEEDUP",
+               "SOURCE", "MEASURED_AT(UTC)"});
+  for (size_t c : {3, 4, 5}) table.AlignRight(c);
+  absl::StatusOr<std::string> next = ForEachPage(
+      ctx, ctx.cl.Has("all"), ctx.cl.Has("with-measurements"), *limit,
+      [&](v1::ListEntriesResponse& page) {
+        for (int i = 0; i < page.entries_size(); ++i) {
+          const v1::Entry& e = page.entries(i);
+          table.AddRow(
+              {KeyText(e.key()), std::string(KeyStateName(page.states(i))),
+               e.execution().kernel(), ShortDuration(e.chosen_time()),
+               ShortDuration(e.default_time()), ShortSpeedup(e.speedup()),
+               SourceName(e.source()), ShortTime(e.measured_at())});
+        }
+        all.mutable_entries()->MergeFrom(page.entries());
+        all.mutable_states()->MergeFrom(page.states());
+      });
+  if (!next.ok()) {
+    if (next.status().code() == absl::StatusCode::kInvalidArgument &&
+        !ctx.cl.Has("page-token")) {
+      return UsageError(ctx, next.status().message());
+    }
+    return Fail(ctx, "list", next.status());
+  }
+  all.set_next_page_token(*next);
+  if (ctx.json) {
+    ctx.out << ToJson(all, /*pretty=*/true) << "\n";
+    return kExitOk;
+  }
+  if (table.rows() == 0) {
+    ctx.err << "no entries match\n";
+    return kExitOk;
+  }
+  table.Print(ctx.out);
+  if (!next->empty()) {
+    ctx.err << "more entries: gputunectl list --page-token=" << *next
+            << " (or --all)\n";
+  }
+  return kExitOk;
+}
+
+int RunGet(Context& ctx) {
+  if (ctx.cl.args.size() != 1) return UsageError(ctx, "get takes one KEY");
+  absl::StatusOr<v1::Key> key = ParseKeyText(ctx.cl.args[0]);
+  if (!key.ok()) return UsageError(ctx, key.status().message());
+  absl::StatusOr<v1::GetEntryResponse> got = ctx.client.GetEntry(*key);
+  if (!got.ok()) {
+    if (got.status().code() == absl::StatusCode::kNotFound) {
+      return Fail(ctx, ctx.cl.args[0],
+                  absl::NotFoundError(
+                      "no entry (tune it with gputunectl tune, or list what "
+                      "there is with gputunectl list)"));
+    }
+    return Fail(ctx, "get", got.status());
+  }
+  PrintEntry(ctx, *got);
+  return kExitOk;
+}
+
+int RunDelete(Context& ctx) {
+  v1::DeleteEntriesRequest request;
+  for (const std::string& text : ctx.cl.args) {
+    absl::StatusOr<v1::Key> key = ParseKeyText(text);
+    if (!key.ok()) return UsageError(ctx, key.status().message());
+    *request.add_keys() = *key;
+  }
+  absl::StatusOr<v1::EntryFilter> filter = FilterFromFlags(ctx.cl);
+  if (!filter.ok()) return UsageError(ctx, filter.status().message());
+  const bool has_filter = filter->ByteSizeLong() > 0;
+  if (request.keys_size() > 0 && (has_filter || ctx.cl.Has("all"))) {
+    return UsageError(ctx,
+                      "delete takes KEYs or a filter (or --all), not both");
+  }
+  if (request.keys_size() == 0 && !has_filter && !ctx.cl.Has("all")) {
+    return UsageError(ctx,
+                      "delete needs KEYs, a filter (--op, --phase, --role, "
+                      "--state) or --all");
+  }
+  if (request.keys_size() == 0) {
+    *request.mutable_filter() = *filter;
+    request.set_all(!has_filter);
+  }
+  absl::StatusOr<uint32_t> deleted = ctx.client.DeleteEntries(request);
+  if (!deleted.ok()) return Fail(ctx, "delete", deleted.status());
+  if (ctx.json) {
+    v1::DeleteEntriesResponse response;
+    response.set_deleted(*deleted);
+    ctx.out << ToJson(response, /*pretty=*/false) << "\n";
+  } else {
+    ctx.out << "deleted " << *deleted << (*deleted == 1 ? " entry" : " entries")
+            << "\n";
+  }
+  // Deleting named keys of which none existed is worth a non-zero exit.
+  if (request.keys_size() > 0 && *deleted == 0) {
+    ctx.err << "gputunectl: delete: no entry for the given key(s)\n";
+    return kExitNotFound;
+  }
+  return kExitOk;
+}
+
+int RunExport(Context& ctx) {
+  if (ctx.cl.args.size() != 1) {
+    return UsageError(ctx, "export takes one FILE ('-' for stdout)");
+  }
+  const std::string& path = ctx.cl.args[0];
+  const bool to_stdout = path == "-";
+  // Written next to the target and renamed: a failed export leaves no
+  // half-written file behind.
+  const std::string tmp = path + ".partial";
+  std::ofstream file;
+  if (!to_stdout) {
+    file.open(tmp, std::ios::trunc);
+    if (!file) {
+      return Fail(ctx, "export",
+                  absl::PermissionDeniedError(
+                      absl::StrCat("cannot write ", tmp,
+                                   ": check the directory exists and is "
+                                   "writable")));
+    }
+  }
+  std::ostream& out = to_stdout ? ctx.out : file;
+  size_t count = 0;
+  absl::StatusOr<std::string> next =
+      ForEachPage(ctx, /*all=*/true, /*with_measurements=*/true,
+                  /*page_size=*/1000, [&](v1::ListEntriesResponse& page) {
+                    for (const v1::Entry& e : page.entries()) {
+                      out << ToJson(e, /*pretty=*/false) << "\n";
+                      ++count;
+                    }
+                  });
+  if (!to_stdout) file.close();
+  if (!next.ok() || (!to_stdout && !file)) {
+    if (!to_stdout) std::remove(tmp.c_str());
+    if (!next.ok()) return Fail(ctx, "export", next.status());
+    return Fail(ctx, "export",
+                absl::DataLossError(absl::StrCat("writing ", tmp, " failed")));
+  }
+  if (!to_stdout && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Fail(ctx, "export",
+                absl::PermissionDeniedError(
+                    absl::StrCat("cannot rename ", tmp, " to ", path)));
+  }
+  ctx.err << "exported " << count << (count == 1 ? " entry" : " entries")
+          << (to_stdout ? "" : " to " + path) << "\n";
+  return kExitOk;
+}
+
+int RunImport(Context& ctx) {
+  if (ctx.cl.args.size() != 1) {
+    return UsageError(ctx, "import takes one FILE ('-' for stdin)");
+  }
+  const std::string& path = ctx.cl.args[0];
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) {
+      return Fail(ctx, "import",
+                  absl::NotFoundError(absl::StrCat("cannot read ", path)));
+    }
+  }
+  absl::StatusOr<std::vector<v1::Entry>> entries = ReadEntryLines(
+      path == "-" ? std::cin : file, path == "-" ? "<stdin>" : path);
+  if (!entries.ok()) {
+    ctx.err << "gputunectl: import: " << entries.status().message()
+            << "\nnothing was imported\n";
+    return ExitCodeFor(entries.status());
+  }
+  // Usually one request (all or nothing in the daemon). Larger files go in
+  // several; every entry was validated above, so the daemon refusing a later
+  // one is unexpected, and the message says how far it got.
+  size_t imported = 0;
+  size_t start = 0;
+  while (start < entries->size()) {
+    size_t end = start;
+    size_t bytes = 0;
+    while (end < entries->size() && end - start < kImportChunkEntries &&
+           (end == start ||
+            bytes + (*entries)[end].ByteSizeLong() < kImportChunkBytes)) {
+      bytes += (*entries)[end].ByteSizeLong();
+      ++end;
+    }
+    absl::StatusOr<uint32_t> n =
+        ctx.client.ImportEntries(std::vector<v1::Entry>(
+            entries->begin() + start, entries->begin() + end));
+    if (!n.ok()) {
+      ctx.err << "gputunectl: import: " << n.status().message() << "\n"
+              << (imported == 0
+                      ? std::string("nothing was imported")
+                      : absl::StrCat("the first ", imported,
+                                     " entries were imported, the other ",
+                                     entries->size() - imported,
+                                     " not: fix the cause and import the "
+                                     "whole file again (entries are "
+                                     "replaced)"))
+              << "\n";
+      return ExitCodeFor(n.status());
+    }
+    imported += *n;
+    start = end;
+  }
+  if (ctx.json) {
+    v1::ImportEntriesResponse response;
+    response.set_imported(static_cast<uint32_t>(imported));
+    ctx.out << ToJson(response, /*pretty=*/false) << "\n";
+  } else {
+    ctx.out << "imported " << imported
+            << (imported == 1 ? " entry" : " entries") << " from " << path
+            << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace gputune::ctl

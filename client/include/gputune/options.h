@@ -1,0 +1,86 @@
+// ClientOptions: every setting of a gputune::Client, with its default, and
+// how the client finds its daemon.
+//
+//   gputune::ClientOptions options;
+//   options.device = 1;                                // gpu1's daemon
+//   options.lookup_deadline = absl::Milliseconds(50);  // hot-path budget
+//   auto client = gputune::Client::Create(options);
+#ifndef GPUTUNE_OPTIONS_H_
+#define GPUTUNE_OPTIONS_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace gputune {
+
+struct ClientOptions {
+  // Where gputuned listens: "unix:///path", a bare "/path" (taken as a unix
+  // socket) or "host:port". Empty: $GPUTUNE_ENDPOINT, else
+  // DefaultEndpoint(device).
+  std::string endpoint;
+  // Device ordinal whose daemon to use when neither endpoint nor
+  // $GPUTUNE_ENDPOINT is set.
+  int device = 0;
+
+  // Deadline of a Lookup RPC (and of the background refreshes). The caller of
+  // Lookup never waits longer than this.
+  absl::Duration lookup_deadline = absl::Milliseconds(250);
+  // Deadline of every other call (Claim, Renew, Record, Abandon, BatchLookup,
+  // Preload, TuneDense without wait, operator calls).
+  absl::Duration deadline = absl::Seconds(2);
+  // Deadline of TuneDense(wait=true): the benchmark runs inside it.
+  absl::Duration tune_deadline = absl::Minutes(5);
+
+  // Lease asked for in Claim; a ClaimGuard renews it every lease_ttl / 3.
+  // Zero: the daemon's default (30 s).
+  absl::Duration lease_ttl = absl::Seconds(30);
+  // Shown to others as the claim's holder. Empty: "<program> pid <pid> on
+  // <host>".
+  std::string holder;
+
+  // Most HIT entries kept in the in-process memo; 0 disables the memo (every
+  // Lookup is an RPC). When full, an arbitrary entry makes room.
+  size_t memo_capacity = 65536;
+  // Age after which a memoised entry is re-checked in the background (it is
+  // still served meanwhile); a re-check that no longer finds a HIT (deleted,
+  // stale) drops it. InfiniteDuration(): never re-checked.
+  absl::Duration memo_ttl = absl::Minutes(1);
+  // TryLookup asks the daemon about a key it does not have at most this
+  // often (a MISS is not memoised, so this bounds the background traffic).
+  absl::Duration refresh_interval = absl::Seconds(1);
+
+  // Circuit breaker: after this many consecutive transport failures
+  // (UNAVAILABLE, DEADLINE_EXCEEDED) calls fail at once with UNAVAILABLE for
+  // breaker_open_time, doubling on each failed probe up to
+  // breaker_max_open_time. One call then probes the daemon; success closes
+  // the breaker.
+  int breaker_failures = 2;
+  absl::Duration breaker_open_time = absl::Milliseconds(250);
+  absl::Duration breaker_max_open_time = absl::Seconds(2);
+
+  // Advanced: talk through this channel instead of creating one (e.g. a
+  // channel with interceptors). `endpoint` then only names it in messages.
+  // Build it with ChannelArgumentsFor(options) to keep the reconnect policy.
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+// "unix:///run/gputuned/gpu<device>.sock": where the systemd unit
+// gputuned@<device> listens.
+std::string DefaultEndpoint(int device);
+
+// The endpoint a client with these options uses (see ClientOptions::endpoint).
+std::string ResolveEndpoint(const ClientOptions& options);
+
+// Channel arguments the client uses: fast reconnection (100 ms .. 1 s
+// backoff, 2 s per connection attempt), its own subchannels (not gRPC's
+// process-wide pool) and 64 MiB messages (BatchLookup, ListEntries pages).
+grpc::ChannelArguments ChannelArgumentsFor(const ClientOptions& options);
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_OPTIONS_H_

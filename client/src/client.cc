@@ -1,0 +1,372 @@
+#include "gputune/client.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "client/src/client_impl.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/proto_time.h"
+#include "proto/validation.h"
+
+namespace gputune {
+namespace {
+
+using client_internal::kMaxBatchKeys;
+
+// "<program> pid <pid> on <host>": who holds a claim, for people reading
+// gputunectl status.
+std::string DefaultHolder() {
+  std::string program = "client";
+  std::ifstream comm("/proc/self/comm");
+  std::getline(comm, program);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(program, " pid ", getpid(), " on ", host);
+}
+
+absl::Status CheckOptions(const ClientOptions& o) {
+  for (const auto& [name, d] : {std::pair<const char*, absl::Duration>{
+                                    "lookup_deadline", o.lookup_deadline},
+                                {"deadline", o.deadline},
+                                {"tune_deadline", o.tune_deadline},
+                                {"breaker_open_time", o.breaker_open_time}}) {
+    if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ClientOptions.", name, ": must be a positive, finite duration"));
+    }
+  }
+  if (o.lease_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.lease_ttl: must not be negative (zero: the daemon's "
+        "default)");
+  }
+  if (o.breaker_failures < 1) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.breaker_failures: must be at least 1");
+  }
+  if (!o.holder.empty())
+    return ValidateHolder(o.holder, "ClientOptions.holder");
+  return absl::OkStatus();
+}
+
+client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
+  return {o.breaker_failures, o.breaker_open_time,
+          std::max(o.breaker_max_open_time, o.breaker_open_time)};
+}
+
+}  // namespace
+
+Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
+                   std::shared_ptr<grpc::Channel> channel,
+                   client_internal::Rpc::ChannelFactory factory)
+    : options(options),
+      holder(options.holder.empty() ? DefaultHolder() : options.holder),
+      rpc(std::move(endpoint), std::move(channel), std::move(factory),
+          BreakerFor(options)),
+      memo(options.memo_capacity, options.memo_ttl),
+      refresher([this](const std::vector<v1::Key>& keys) { Refresh(keys); },
+                options.refresh_interval),
+      renewer(
+          [this](uint64_t claim_id, absl::Duration ttl,
+                 absl::Duration deadline) {
+            v1::RenewRequest request;
+            request.set_claim_id(claim_id);
+            *request.mutable_ttl() = ToProto(ttl);
+            v1::RenewResponse response;
+            return rpc.Call(&v1::TuneService::Stub::Renew, request, &response,
+                            deadline);
+          },
+          options.deadline) {}
+
+LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
+  auto shared = std::make_shared<const v1::KeyStatus>(std::move(status));
+  memo.Put(key, shared);
+  return LookupResult(std::move(shared), /*from_memo=*/false);
+}
+
+absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
+                                            std::vector<LookupResult>* out) {
+  v1::BatchLookupRequest request;
+  request.mutable_keys()->Reserve(static_cast<int>(count));
+  for (size_t i = 0; i < count; ++i) *request.add_keys() = keys[i];
+  v1::BatchLookupResponse response;
+  if (absl::Status s = rpc.Call(&v1::TuneService::Stub::BatchLookup, request,
+                                &response, options.deadline);
+      !s.ok()) {
+    return s;
+  }
+  if (static_cast<size_t>(response.statuses_size()) != count) {
+    return absl::InternalError(absl::StrCat("gputuned answered ",
+                                            response.statuses_size(),
+                                            " statuses for ", count, " keys"));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    out->push_back(Remember(keys[i], std::move(*response.mutable_statuses(i))));
+  }
+  return absl::OkStatus();
+}
+
+void Client::Impl::Refresh(const std::vector<v1::Key>& keys) {
+  std::vector<LookupResult> results;
+  results.reserve(keys.size());
+  // On an error the memo keeps serving what it has.
+  if (!BatchLookupChunk(keys.data(), keys.size(), &results).ok()) return;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // Deleted or stale now: the next Lookup asks the daemon.
+    if (!results[i].hit()) memo.Erase(keys[i]);
+  }
+}
+
+void Client::Impl::KeepAlive(const ClaimGuard::State& state,
+                             const v1::ClaimInfo& claim) {
+  const absl::Duration lease =
+      FromProto(claim.lease_deadline()) - FromProto(claim.granted_at());
+  renewer.Add(state.claim_id, options.lease_ttl, lease, state.lost);
+}
+
+absl::StatusOr<v1::AbandonResponse> Client::Impl::Abandon(
+    uint64_t claim_id, absl::string_view reason) {
+  v1::AbandonRequest request;
+  request.set_claim_id(claim_id);
+  request.set_reason(std::string(reason));
+  return rpc.Ask(&v1::TuneService::Stub::Abandon, request, options.deadline);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(
+    const ClientOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  std::string endpoint = ResolveEndpoint(options);
+  client_internal::Rpc::ChannelFactory factory;
+  if (options.channel == nullptr) {
+    factory = [endpoint, args = ChannelArgumentsFor(options)] {
+      return grpc::CreateCustomChannel(
+          endpoint, grpc::InsecureChannelCredentials(), args);
+    };
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      factory ? factory() : options.channel;
+  return std::unique_ptr<Client>(new Client(std::make_shared<Impl>(
+      options, std::move(endpoint), std::move(channel), std::move(factory))));
+}
+
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() = default;
+
+const std::string& Client::endpoint() const { return impl_->rpc.endpoint(); }
+
+absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
+  bool due = false;
+  if (auto memoised = impl_->memo.Find(key, &due)) {
+    if (due) impl_->refresher.Request(key);
+    return LookupResult(std::move(memoised), /*from_memo=*/true);
+  }
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  v1::LookupRequest request;
+  *request.mutable_key() = key;
+  v1::LookupResponse response;
+  if (absl::Status s =
+          impl_->rpc.Call(&v1::TuneService::Stub::Lookup, request, &response,
+                          impl_->options.lookup_deadline);
+      !s.ok()) {
+    return s;
+  }
+  return impl_->Remember(key, std::move(*response.mutable_status()));
+}
+
+LookupResult Client::TryLookup(const v1::Key& key) {
+  bool due = false;
+  if (auto memoised = impl_->memo.Find(key, &due)) {
+    if (due) impl_->refresher.Request(key);
+    return LookupResult(std::move(memoised), /*from_memo=*/true);
+  }
+  if (ValidateKey(key, "key").ok()) impl_->refresher.Request(key);
+  return LookupResult();
+}
+
+absl::StatusOr<std::vector<LookupResult>> Client::BatchLookup(
+    const std::vector<v1::Key>& keys) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status s = ValidateKey(keys[i], absl::StrCat("keys[", i, "]"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  std::vector<LookupResult> results;
+  results.reserve(keys.size());
+  for (size_t start = 0; start < keys.size(); start += kMaxBatchKeys) {
+    const size_t count = std::min(kMaxBatchKeys, keys.size() - start);
+    if (absl::Status s =
+            impl_->BatchLookupChunk(keys.data() + start, count, &results);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return results;
+}
+
+absl::StatusOr<size_t> Client::Preload(const std::vector<v1::Key>& keys) {
+  absl::StatusOr<std::vector<LookupResult>> results = BatchLookup(keys);
+  if (!results.ok()) return results.status();
+  size_t hits = 0;
+  for (const LookupResult& r : *results) hits += r.hit() ? 1 : 0;
+  return hits;
+}
+
+void Client::Forget(const v1::Key& key) { impl_->memo.Erase(key); }
+
+void Client::ForgetAll() { impl_->memo.Clear(); }
+
+size_t Client::memo_size() const { return impl_->memo.size(); }
+
+absl::StatusOr<ClaimGuard> Client::Claim(const v1::Key& key) {
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  v1::ClaimRequest request;
+  *request.mutable_key() = key;
+  request.set_holder(impl_->holder);
+  *request.mutable_ttl() = ToProto(impl_->options.lease_ttl);
+  v1::ClaimResponse response;
+  if (absl::Status s = impl_->rpc.Call(&v1::TuneService::Stub::Claim, request,
+                                       &response, impl_->options.deadline);
+      !s.ok()) {
+    return s;
+  }
+  if (response.outcome() == v1::CLAIM_OUTCOME_HIT) {
+    v1::KeyStatus hit;
+    *hit.mutable_key() = key;
+    hit.set_state(v1::KEY_STATE_HIT);
+    *hit.mutable_entry() = response.entry();
+    impl_->Remember(key, std::move(hit));
+  }
+  if (response.outcome() != v1::CLAIM_OUTCOME_GRANTED) {
+    return ClaimGuard(std::move(response), nullptr);
+  }
+  auto state = std::make_shared<ClaimGuard::State>();
+  state->client = impl_;
+  state->claim_id = response.claim().claim_id();
+  state->key = key;
+  state->lost = std::make_shared<std::atomic<bool>>(false);
+  impl_->KeepAlive(*state, response.claim());
+  return ClaimGuard(std::move(response), std::move(state));
+}
+
+absl::StatusOr<v1::KeyStatus> Client::TuneDense(const v1::Key& key, bool wait) {
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  if (!key.has_dense_bf16()) {
+    return absl::InvalidArgumentError(
+        "key.dense_bf16: TuneDense benchmarks dense_bf16 keys only (claim "
+        "custom ops and record your own measurements)");
+  }
+  v1::TuneDenseRequest request;
+  *request.mutable_key() = key;
+  request.set_wait(wait);
+  v1::TuneDenseResponse response;
+  const absl::Duration deadline =
+      wait ? impl_->options.tune_deadline : impl_->options.deadline;
+  absl::Status s = impl_->rpc.Call(&v1::TuneService::Stub::TuneDense, request,
+                                   &response, deadline);
+  if (!s.ok()) {
+    // The daemon's messages say what happened; add what to do.
+    switch (s.code()) {
+      case absl::StatusCode::kFailedPrecondition:
+        return absl::FailedPreconditionError(absl::StrCat(
+            s.message(),
+            " (start gputuned with a benchmark backend, or claim the key and "
+            "record your own measurements)"));
+      case absl::StatusCode::kResourceExhausted:
+        return absl::ResourceExhaustedError(absl::StrCat(
+            s.message(), " (run the default meanwhile and ask again later)"));
+      default:
+        return s;
+    }
+  }
+  if (response.status().state() == v1::KEY_STATE_HIT) {
+    impl_->memo.Put(key,
+                    std::make_shared<const v1::KeyStatus>(response.status()));
+  }
+  return std::move(*response.mutable_status());
+}
+
+absl::StatusOr<std::unique_ptr<WatchStream>> Client::Watch(
+    const v1::Key& key, WatchStream::Callback on_status,
+    absl::Duration timeout) {
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  std::shared_ptr<const client_internal::Connection> connection;
+  if (absl::Status s = impl_->rpc.Admit(&connection, /*may_probe=*/false);
+      !s.ok()) {
+    return s;
+  }
+  return client_internal::StartWatch(impl_, std::move(connection), key,
+                                     std::move(on_status), timeout);
+}
+
+absl::StatusOr<v1::GetStatusResponse> Client::GetStatus() {
+  return impl_->rpc.Ask(&v1::TuneService::Stub::GetStatus,
+                        v1::GetStatusRequest(), impl_->options.deadline);
+}
+
+absl::StatusOr<v1::ListEntriesResponse> Client::ListEntries(
+    const v1::ListEntriesRequest& request) {
+  return impl_->rpc.Ask(&v1::TuneService::Stub::ListEntries, request,
+                        impl_->options.deadline);
+}
+
+absl::StatusOr<v1::GetEntryResponse> Client::GetEntry(const v1::Key& key) {
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  v1::GetEntryRequest request;
+  *request.mutable_key() = key;
+  return impl_->rpc.Ask(&v1::TuneService::Stub::GetEntry, request,
+                        impl_->options.deadline);
+}
+
+absl::StatusOr<uint32_t> Client::DeleteEntries(
+    const v1::DeleteEntriesRequest& request) {
+  absl::StatusOr<v1::DeleteEntriesResponse> response = impl_->rpc.Ask(
+      &v1::TuneService::Stub::DeleteEntries, request, impl_->options.deadline);
+  if (!response.ok()) return response.status();
+  if (request.keys_size() > 0) {
+    for (const v1::Key& key : request.keys()) impl_->memo.Erase(key);
+  } else {
+    impl_->memo.Clear();
+  }
+  return response->deleted();
+}
+
+absl::StatusOr<uint32_t> Client::ImportEntries(
+    const std::vector<v1::Entry>& entries) {
+  v1::ImportEntriesRequest request;
+  request.mutable_entries()->Reserve(static_cast<int>(entries.size()));
+  for (const v1::Entry& e : entries) *request.add_entries() = e;
+  absl::StatusOr<v1::ImportEntriesResponse> response = impl_->rpc.Ask(
+      &v1::TuneService::Stub::ImportEntries, request, impl_->options.deadline);
+  if (!response.ok()) return response.status();
+  // Imported entries replace what was there.
+  for (const v1::Entry& e : entries) impl_->memo.Erase(e.key());
+  return response->imported();
+}
+
+absl::StatusOr<v1::AbandonResponse> Client::AbandonClaim(
+    uint64_t claim_id, absl::string_view reason) {
+  return impl_->Abandon(claim_id, reason);
+}
+
+absl::StatusOr<uint64_t> Client::Backup(const std::string& path) {
+  v1::BackupRequest request;
+  request.set_path(path);
+  absl::StatusOr<v1::BackupResponse> response = impl_->rpc.Ask(
+      &v1::AdminService::Stub::Backup, request, impl_->options.deadline);
+  if (!response.ok()) return response.status();
+  return response->bytes();
+}
+
+absl::StatusOr<v1::SetLogLevelResponse> Client::SetLogLevel(
+    const v1::SetLogLevelRequest& request) {
+  return impl_->rpc.Ask(&v1::AdminService::Stub::SetLogLevel, request,
+                        impl_->options.deadline);
+}
+
+}  // namespace gputune

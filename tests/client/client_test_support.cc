@@ -1,0 +1,143 @@
+#include "tests/client/client_test_support.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "client/gputunectl/commands.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
+
+namespace gputune::testing {
+namespace {
+
+class CountingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  CountingInterceptor(RpcCounter* counter, std::string method)
+      : counter_(counter), method_(std::move(method)) {}
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      counter_->Count(method_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  RpcCounter* const counter_;
+  const std::string method_;
+};
+
+class CountingFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit CountingFactory(RpcCounter* counter) : counter_(counter) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    // "/gputune.v1.TuneService/Lookup" -> "Lookup"
+    std::string method = info->method();
+    method = method.substr(method.rfind('/') + 1);
+    return new CountingInterceptor(counter_, method);
+  }
+
+ private:
+  RpcCounter* const counter_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> RpcCounter::Channel(
+    const std::string& endpoint) {
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(std::make_unique<CountingFactory>(this));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      endpoint, grpc::InsecureChannelCredentials(),
+      ChannelArgumentsFor(ClientOptions{}), std::move(factories));
+}
+
+int RpcCounter::total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [method, count] : counts_) n += count;
+  return n;
+}
+
+int RpcCounter::of(const std::string& method) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = counts_.find(method);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+void RpcCounter::Count(const std::string& method) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[method];
+}
+
+std::unique_ptr<Client> ClientOf(const DaemonProcess& daemon,
+                                 ClientOptions options, RpcCounter* counter) {
+  options.endpoint = daemon.endpoint();
+  if (counter != nullptr) options.channel = counter->Channel(daemon.endpoint());
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  if (!client.ok()) throw std::runtime_error(client.status().ToString());
+  return std::move(*client);
+}
+
+v1::Entry MakeHit(Client& client, const v1::Key& key,
+                  const std::string& kernel) {
+  absl::StatusOr<ClaimGuard> claim = client.Claim(key);
+  if (!claim.ok() || !claim->granted()) {
+    throw std::runtime_error("MakeHit: claim not granted: " +
+                             (claim.ok()
+                                  ? v1::ClaimOutcome_Name(claim->outcome())
+                                  : claim.status().ToString()));
+  }
+  v1::RecordRequest result;
+  result.mutable_execution()->set_kernel(kernel);
+  (*result.mutable_execution()->mutable_params())["tile"] = 64;
+  (*result.mutable_execution()->mutable_params())["stages"] = 3;
+  result.mutable_execution()->set_data(std::string("\x01\x00\xff", 3));
+  for (int i = 0; i < 2; ++i) {
+    v1::CandidateMeasurement* m = result.add_measurements();
+    m->mutable_execution()->set_kernel(i == 0 ? "test.default" : kernel);
+    m->set_validation(v1::VALIDATION_PASSED);
+    m->set_max_abs_error(0.0078125 * (i + 1) + 1e-9);
+    m->mutable_median()->set_nanos(50000 - 10000 * i + 7);
+    m->mutable_spread()->set_nanos(1234 + i);
+    m->set_samples(100 + i);
+    m->set_is_default(i == 0);
+    m->set_chosen(i == 1);
+  }
+  result.mutable_default_time()->set_nanos(50007);
+  result.mutable_chosen_time()->set_nanos(40007);
+  absl::StatusOr<v1::Entry> entry = claim->Record(result);
+  if (!entry.ok()) throw std::runtime_error(entry.status().ToString());
+  return *entry;
+}
+
+v1::Key CustomKey(const std::string& params, const std::string& cs) {
+  v1::Key key;
+  key.mutable_custom()->set_op("test_op");
+  key.mutable_custom()->set_params(params);
+  key.set_candidate_set(cs);
+  return key;
+}
+
+CtlResult RunCtlAt(const std::string& endpoint, std::vector<std::string> args) {
+  args.insert(args.begin(), "--endpoint=" + endpoint);
+  std::ostringstream out, err;
+  CtlResult r;
+  r.exit_code = ctl::Main(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+CtlResult RunCtl(const DaemonProcess& daemon, std::vector<std::string> args) {
+  return RunCtlAt(daemon.endpoint(), std::move(args));
+}
+
+}  // namespace gputune::testing

@@ -1,0 +1,73 @@
+// Helpers for the client suite: clients on a DaemonProcess, an interceptor
+// that counts the RPCs a client sends, entries made through claim + record,
+// and gputunectl run in-process.
+#ifndef GPUTUNE_TESTS_CLIENT_CLIENT_TEST_SUPPORT_H_
+#define GPUTUNE_TESTS_CLIENT_CLIENT_TEST_SUPPORT_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gputune/client.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune::testing {
+
+// Counts the RPCs sent through channels built by Channel().
+class RpcCounter {
+ public:
+  // A channel to `endpoint` with the client's own arguments and the counter.
+  std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint);
+  // RPCs started, in total and for one method (e.g. "Lookup").
+  int total() const;
+  int of(const std::string& method) const;
+
+  void Count(const std::string& method);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, int> counts_;
+};
+
+// A client of `daemon`. A non-null `counter` sees its RPCs.
+std::unique_ptr<Client> ClientOf(const DaemonProcess& daemon,
+                                 ClientOptions options = {},
+                                 RpcCounter* counter = nullptr);
+
+// Makes `key` a HIT through claim + record (kernel `kernel`, two measured
+// candidates); returns the recorded entry.
+v1::Entry MakeHit(Client& client, const v1::Key& key,
+                  const std::string& kernel = "test.kernel");
+
+// A custom-op key for tests.
+v1::Key CustomKey(const std::string& params, const std::string& cs = "cs1");
+
+// gputunectl run in-process.
+struct CtlResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+CtlResult RunCtl(const DaemonProcess& daemon, std::vector<std::string> args);
+CtlResult RunCtlAt(const std::string& endpoint, std::vector<std::string> args);
+
+// Polls `cond` every 10 ms for up to `limit`; its last value.
+template <typename F>
+bool Eventually(
+    F cond, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+}  // namespace gputune::testing
+
+#endif  // GPUTUNE_TESTS_CLIENT_CLIENT_TEST_SUPPORT_H_

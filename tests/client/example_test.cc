@@ -1,0 +1,88 @@
+// The example program (client/examples), in the tree and built against an
+// installed gputune (CMake package and pkg-config), run against a daemon.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/client/client_test_support.h"
+#include "tests/support/catch.h"
+
+namespace gputune::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs a shell command with its output appended to `log`; true on exit 0.
+bool Sh(const std::string& command, const std::string& log) {
+  const std::string full = command + " >>'" + log + "' 2>&1";
+  std::ofstream(log, std::ios::app) << "$ " << command << "\n";
+  return std::system(full.c_str()) == 0;
+}
+
+TEST_CASE("the example program runs against a daemon") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string log = daemon.dir() + "/example.log";
+  REQUIRE(Sh(std::string(GPUTUNE_EXAMPLE_PATH) + " " + daemon.endpoint(), log));
+  const std::string out = ReadFile(log);
+  REQUIRE(out.find("tuned example_attention/") != std::string::npos);
+  REQUIRE(out.find("lookup: hit (memo)") != std::string::npos);
+  // A second run finds the entry the first recorded.
+  REQUIRE(Sh(std::string(GPUTUNE_EXAMPLE_PATH) + " " + daemon.endpoint(), log));
+  REQUIRE(ReadFile(log).find("CLAIM_OUTCOME_HIT") != std::string::npos);
+}
+
+TEST_CASE("the example builds against the installed package and runs") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string dir = daemon.dir();
+  const std::string prefix = dir + "/prefix";
+  const std::string log = dir + "/install.log";
+  INFO("log: " << log);
+  const std::string cmake = GPUTUNE_CMAKE_COMMAND;
+  bool ok = Sh(cmake +
+                   " --install '" GPUTUNE_BUILD_DIR
+                   "' --component client --prefix '" +
+                   prefix + "'",
+               log);
+  // The installed tree: headers, both libraries, package files, the CLI.
+  for (const char* path :
+       {"include/gputune/client.h", "include/gputune/v1/tune.pb.h",
+        "include/gputune/v1/tune.grpc.pb.h",
+        "include/gputune/proto/key_format.h",
+        "lib/cmake/gputune/gputuneConfig.cmake", "bin/gputunectl"}) {
+    INFO(path);
+    CHECK(std::filesystem::exists(prefix + "/" + path));
+  }
+  ok = ok &&
+       Sh(cmake + " -S '" GPUTUNE_SOURCE_DIR "/client/examples' -B '" + dir +
+              "/example' -G '" GPUTUNE_CMAKE_GENERATOR
+              "' -DCMAKE_PREFIX_PATH='" +
+              prefix + "'",
+          log);
+  ok = ok && Sh(cmake + " --build '" + dir + "/example'", log);
+  ok = ok &&
+       Sh("'" + dir + "/example/gputune_example' " + daemon.endpoint(), log);
+  if (!ok) FAIL(ReadFile(log));
+  REQUIRE(ReadFile(log).find("lookup: hit (memo)") != std::string::npos);
+
+  SECTION("and with pkg-config") {
+    const std::string pc =
+        "PKG_CONFIG_PATH='" + prefix + "/lib/pkgconfig' pkg-config gputune";
+    ok = Sh(pc + " --exists --print-errors", log) &&
+         Sh("c++ -std=c++17 '" GPUTUNE_SOURCE_DIR
+            "/client/examples/example.cc' -o '" +
+                dir + "/example_pc' $(" + pc +
+                " --cflags --libs) -Wl,-rpath,'" + prefix + "/lib'",
+            log) &&
+         Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
+    if (!ok) FAIL(ReadFile(log));
+  }
+}
+
+}  // namespace
+}  // namespace gputune::testing

@@ -1,0 +1,91 @@
+#include "client/src/memo.h"
+
+#include <thread>
+
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune::client_internal {
+namespace {
+
+using gputune::testing::DenseKey;
+
+std::shared_ptr<const v1::KeyStatus> Status(v1::KeyState state,
+                                            const std::string& kernel) {
+  auto s = std::make_shared<v1::KeyStatus>();
+  s->set_state(state);
+  s->mutable_entry()->mutable_execution()->set_kernel(kernel);
+  return s;
+}
+
+TEST_CASE("the memo keeps HITs and finds them by every key field") {
+  Memo memo(100, absl::InfiniteDuration());
+  memo.Put(DenseKey(1, 256, 512), Status(v1::KEY_STATE_HIT, "a"));
+  bool due = true;
+  auto found = memo.Find(DenseKey(1, 256, 512), &due);
+  REQUIRE(found != nullptr);
+  REQUIRE(found->entry().execution().kernel() == "a");
+  REQUIRE_FALSE(due);
+  // Any differing field is another key: shape, role, phase, candidate set.
+  REQUIRE(memo.Find(DenseKey(2, 256, 512), &due) == nullptr);
+  REQUIRE(memo.Find(DenseKey(1, 512, 256), &due) == nullptr);
+  REQUIRE(memo.Find(DenseKey(1, 256, 512, "cs2"), &due) == nullptr);
+  REQUIRE(memo.Find(DenseKey(1, 256, 512, "cs1", "other"), &due) == nullptr);
+  v1::Key prefill = DenseKey(1, 256, 512);
+  prefill.mutable_dense_bf16()->set_phase(v1::PHASE_PREFILL);
+  REQUIRE(memo.Find(prefill, &due) == nullptr);
+}
+
+TEST_CASE("the memo ignores anything but a HIT") {
+  Memo memo(100, absl::InfiniteDuration());
+  for (v1::KeyState s : {v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                         v1::KEY_STATE_STALE, v1::KEY_STATE_BACKOFF}) {
+    memo.Put(DenseKey(1), Status(s, "x"));
+  }
+  REQUIRE(memo.size() == 0);
+}
+
+TEST_CASE("custom keys differ by op and params") {
+  Memo memo(100, absl::InfiniteDuration());
+  v1::Key a;
+  a.mutable_custom()->set_op("attn");
+  a.mutable_custom()->set_params("b=1");
+  a.set_candidate_set("v1");
+  v1::Key b = a;
+  b.mutable_custom()->set_params("b=2");
+  memo.Put(a, Status(v1::KEY_STATE_HIT, "a"));
+  bool due = false;
+  REQUIRE(memo.Find(a, &due) != nullptr);
+  REQUIRE(memo.Find(b, &due) == nullptr);
+}
+
+TEST_CASE("a full memo makes room; capacity 0 disables it") {
+  Memo memo(32, absl::InfiniteDuration());
+  for (uint32_t m = 1; m <= 1000; ++m) {
+    memo.Put(DenseKey(m), Status(v1::KEY_STATE_HIT, "k"));
+  }
+  REQUIRE(memo.size() <= 32);
+  REQUIRE(memo.size() > 0);
+
+  Memo off(0, absl::InfiniteDuration());
+  off.Put(DenseKey(1), Status(v1::KEY_STATE_HIT, "k"));
+  bool due = false;
+  REQUIRE(off.Find(DenseKey(1), &due) == nullptr);
+  REQUIRE_FALSE(off.enabled());
+}
+
+TEST_CASE("a memoised entry older than the ttl is due, and still served") {
+  Memo memo(100, absl::Milliseconds(50));
+  memo.Put(DenseKey(1), Status(v1::KEY_STATE_HIT, "k"));
+  bool due = true;
+  REQUIRE(memo.Find(DenseKey(1), &due) != nullptr);
+  REQUIRE_FALSE(due);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  REQUIRE(memo.Find(DenseKey(1), &due) != nullptr);
+  REQUIRE(due);
+  memo.Erase(DenseKey(1));
+  REQUIRE(memo.Find(DenseKey(1), &due) == nullptr);
+}
+
+}  // namespace
+}  // namespace gputune::client_internal
