@@ -220,7 +220,9 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
       done(arbiter_->Lookup(key));
       return;
     case v1::CLAIM_OUTCOME_BACKOFF:
-      done(absl::UnavailableError(absl::StrCat(
+      // An answer about the key, not about the daemon: clients must not take
+      // it for an outage (UNAVAILABLE), so FAILED_PRECONDITION as for Claim.
+      done(absl::FailedPreconditionError(absl::StrCat(
           KeyText(key), " is in BACKOFF after repeated failed tuning until ",
           absl::FormatTime(FromProto(claim->retry_after())),
           ": retry after that")));

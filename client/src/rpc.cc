@@ -26,22 +26,11 @@ std::string HintFor(absl::string_view endpoint) {
 }  // namespace
 
 bool IsTransportFailure(const grpc::Status& status) {
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return true;
-  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
-  // gputuned itself answers UNAVAILABLE in a few cases (shutting down, a key
-  // in BACKOFF for TuneDense): those are answers, not an unreachable daemon.
-  // Transport failures come from gRPC with messages like these.
-  static constexpr absl::string_view kTransport[] = {
-      "failed to connect",  "Socket closed",        "Connection reset",
-      "Connection refused", "Broken pipe",          "No such file",
-      "connections to all", "Transport closed",     "GOAWAY",
-      "Stream removed",     "Endpoint read",        "Connection timed out",
-      "empty address list", "Cancelling all calls", "Network is unreachable",
-  };
-  for (absl::string_view phrase : kTransport) {
-    if (absl::StrContains(status.error_message(), phrase)) return true;
-  }
-  return status.error_message().empty();
+  // gputuned answers UNAVAILABLE only when it is going away (shutting down)
+  // or cannot serve claims; per-key refusals (BACKOFF, a full queue) have
+  // their own codes. So both codes mean: the daemon cannot be used now.
+  return status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         status.error_code() == grpc::StatusCode::UNAVAILABLE;
 }
 
 Connection::Connection(std::shared_ptr<grpc::Channel> channel)

@@ -125,8 +125,8 @@ class Rpc {
   std::shared_ptr<const Connection> connection_ ABSL_GUARDED_BY(mu_);
 };
 
-// Whether a failed call means the daemon could not be reached or did not
-// answer in time (as opposed to the daemon answering with an error).
+// Whether a failed call means the daemon cannot be used now (unreachable,
+// too slow, or shutting down) as opposed to an answer about the request.
 bool IsTransportFailure(const grpc::Status& status);
 
 }  // namespace gputune::client_internal
