@@ -78,14 +78,13 @@ if [ -x .carry/bin/gputuned ]; then
   if [ -S /tmp/g.sock ] && kill -0 "$daemon" 2>/dev/null; then
     echo "gputuned is serving on unix:///tmp/g.sock"
     if [ -x .carry/bin/gputunectl ]; then
-      # Flags follow client/gputunectl; adjust here if they change.
-      ctl() { timeout 15 .carry/bin/gputunectl --target=unix:///tmp/g.sock "$@"; }
+      ctl() { timeout 120 .carry/bin/gputunectl --endpoint=unix:///tmp/g.sock "$@"; }
       {
         ctl status
         for spec in "1 4096 4096" "16 14336 4096" "128 4096 6144"; do
           set -- $spec
-          ctl tune --tokens="$1" --input-features="$2" --output-features="$3" \
-            --phase=$([ "$1" -le 16 ] && echo DECODE || echo PREFILL) --role=bench
+          phase=$([ "$1" -le 16 ] && echo decode || echo prefill)
+          ctl tune "dense_bf16/$phase/bench/m=$1/k=$2/n=$3@gpu-bench"
         done
         ctl list
       } 2>&1 | tee -a "$OUT_DIR/daemon.log" || status=1
