@@ -1,10 +1,10 @@
-#include "absl/strings/string_view.h"
 #include "daemon/arbiter.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
@@ -63,11 +63,11 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
 
 void Arbiter::SetEntryLocked(const std::string& key_id,
                              const v1::Entry& entry) {
-  SetEntryLocked(key_id, EntrySummary(entry).SerializeAsString(),
-                 entry.key().candidate_set(),
-                 !fingerprint_digest_ ||
-                     FingerprintDigest(entry.fingerprint()) ==
-                         *fingerprint_digest_);
+  SetEntryLocked(
+      key_id, EntrySummary(entry).SerializeAsString(),
+      entry.key().candidate_set(),
+      !fingerprint_digest_ ||
+          FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_);
 }
 
 void Arbiter::Load(const std::string& key_id, const v1::Entry& entry) {
@@ -79,9 +79,9 @@ void Arbiter::LoadSummary(const std::string& key_id, std::string summary,
                           std::string candidate_set,
                           const std::string& fingerprint_digest) {
   absl::MutexLock lock(&mu_);
-  SetEntryLocked(key_id, std::move(summary), std::move(candidate_set),
-                 !fingerprint_digest_ ||
-                     fingerprint_digest == *fingerprint_digest_);
+  SetEntryLocked(
+      key_id, std::move(summary), std::move(candidate_set),
+      !fingerprint_digest_ || fingerprint_digest == *fingerprint_digest_);
 }
 
 v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
@@ -90,9 +90,9 @@ v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
   *status.mutable_key() = key;
   std::string stale_reason;
   if (slot && slot->has_entry) {
-    stale_reason = StaleReasonFor(slot->fingerprint_matches,
-                                  slot->entry_candidate_set,
-                                  key.candidate_set());
+    stale_reason =
+        StaleReasonFor(slot->fingerprint_matches, slot->entry_candidate_set,
+                       key.candidate_set());
   }
   if (slot && slot->has_entry && stale_reason.empty()) {
     status.set_state(v1::KEY_STATE_HIT);
@@ -135,8 +135,8 @@ absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {
   if (next_claim_id_ == claim_id_limit_) {
     absl::StatusOr<uint64_t> first = reserver_(options_.claim_id_block);
     if (!first.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot reserve claim ids: ", first.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reserve claim ids: ", first.status().message()));
     }
     next_claim_id_ = *first;
     claim_id_limit_ = *first + options_.claim_id_block;
@@ -295,6 +295,7 @@ absl::StatusOr<v1::AbandonResponse> Arbiter::Abandon(uint64_t claim_id,
     slot.abandons.push_back(now);
     if (static_cast<int>(slot.abandons.size()) >= options_.backoff_abandons) {
       slot.backoff_until = now + options_.backoff_cooldown;
+      backoff_keys_.insert(key_id);
       slot.abandons.clear();
       response.set_state(v1::KEY_STATE_BACKOFF);
       *response.mutable_retry_after() = ToProto(slot.backoff_until);
@@ -393,11 +394,16 @@ void Arbiter::Sweep() {
         ++it;
       }
     }
-    for (auto& [key_id, slot] : slots_) {
-      if (slot.backoff_until != absl::InfinitePast() &&
-          slot.backoff_until <= now) {
+    // Only keys in BACKOFF, not every entry: the sweep holds the lock that
+    // lookups need.
+    for (auto it = backoff_keys_.begin(); it != backoff_keys_.end();) {
+      Slot& slot = slots_[*it];
+      if (slot.backoff_until <= now) {
         slot.backoff_until = absl::InfinitePast();
-        touched.push_back(key_id);
+        touched.push_back(*it);
+        backoff_keys_.erase(it++);
+      } else {
+        ++it;
       }
     }
     for (const std::string& key_id : touched) {
@@ -428,8 +434,8 @@ Arbiter::Stats Arbiter::GetStats() const {
             [](const auto& a, const auto& b) {
               return a.second.claim_id() < b.second.claim_id();
             });
-  for (const auto& [key_id, slot] : slots_) {
-    if (now < slot.backoff_until) ++stats.backoff_keys;
+  for (const std::string& key_id : backoff_keys_) {
+    if (now < slots_.at(key_id).backoff_until) ++stats.backoff_keys;
   }
   return stats;
 }

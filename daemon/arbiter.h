@@ -33,10 +33,11 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/clock.h"
@@ -145,7 +146,6 @@ class Arbiter {
                                  absl::string_view candidate_set,
                                  const std::optional<std::string>& digest);
 
-
  private:
   struct Lease {
     uint64_t claim_id = 0;
@@ -160,7 +160,7 @@ class Arbiter {
     std::string entry_candidate_set;
     bool has_entry = false;
     bool fingerprint_matches = true;
-    std::unique_ptr<Lease> lease;  // few keys have one: 8 bytes when not
+    std::unique_ptr<Lease> lease;      // few keys have one: 8 bytes when not
     std::vector<absl::Time> abandons;  // within the window
     absl::Time backoff_until = absl::InfinitePast();
   };
@@ -198,7 +198,8 @@ class Arbiter {
   // Drops a slot that holds nothing.
   void MaybeEraseSlotLocked(const std::string& key_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> NextClaimIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> NextClaimIdLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Slot*> LiveClaimLocked(uint64_t claim_id, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Deliver(const std::vector<Notification>& notes);
@@ -212,6 +213,9 @@ class Arbiter {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> claims_ ABSL_GUARDED_BY(mu_);
+  // Keys whose cool-down has not been swept yet (a few; the sweep visits only
+  // these, never every entry).
+  absl::flat_hash_set<std::string> backoff_keys_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Watcher>>>
       watchers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> watch_keys_ ABSL_GUARDED_BY(mu_);

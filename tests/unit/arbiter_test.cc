@@ -179,8 +179,7 @@ TEST_CASE("a candidate-set mismatch is STALE, never a hit, and re-tunable") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   auto a = f.Make();
-  REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1, 256, 256, "old"), "p"),
-                    Fp("gpu"))
+  REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1, 256, 256, "old"), "p"), Fp("gpu"))
               .ok());
   const v1::Key asked = DenseKey(1, 256, 256, "new");
   v1::KeyStatus s = a->Lookup(asked);
@@ -190,8 +189,7 @@ TEST_CASE("a candidate-set mismatch is STALE, never a hit, and re-tunable") {
   const uint64_t id = Grant(*a, asked, "p2");
   REQUIRE(RecordNow(*a, id, Fp("gpu")).ok());
   CHECK(a->Lookup(asked).state() == v1::KEY_STATE_HIT);
-  CHECK(a->Lookup(DenseKey(1, 256, 256, "old")).state() ==
-        v1::KEY_STATE_STALE);
+  CHECK(a->Lookup(DenseKey(1, 256, 256, "old")).state() == v1::KEY_STATE_STALE);
 }
 
 TEST_CASE("an entry from another fingerprint is STALE") {
@@ -281,10 +279,10 @@ TEST_CASE("watchers see the current state, then each change until HIT") {
   const uint64_t id2 = Grant(*a, key, "p2");
   REQUIRE(RecordNow(*a, id2, Fp("gpu")).ok());
   (void)id;
-  CHECK(seen == std::vector<v1::KeyState>{
-                    v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
-                    v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
-                    v1::KEY_STATE_HIT});
+  CHECK(seen ==
+        std::vector<v1::KeyState>{v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                                  v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                                  v1::KEY_STATE_HIT});
   a->Unwatch(w);
   a->Erase({"dense_bf16/decode/test.role/m=1/k=256/n=256"});
   CHECK(seen.size() == 5);  // unwatched: no more calls
@@ -294,7 +292,8 @@ TEST_CASE("Erase drops an entry and Install adds imported ones") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   auto a = f.Make();
-  a->Install({EntryFor(DenseKey(1), Fp("gpu")), EntryFor(DenseKey(2), Fp("x"))});
+  a->Install(
+      {EntryFor(DenseKey(1), Fp("gpu")), EntryFor(DenseKey(2), Fp("x"))});
   CHECK(a->Lookup(DenseKey(1)).state() == v1::KEY_STATE_HIT);
   CHECK(a->GetStats().entries == 2);
   CHECK(a->GetStats().stale_entries == 1);
@@ -310,8 +309,8 @@ TEST_CASE("concurrent claimers of one key: exactly one is GRANTED") {
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      auto r = a->Claim(DenseKey(7), "p" + std::to_string(i),
-                        absl::ZeroDuration());
+      auto r =
+          a->Claim(DenseKey(7), "p" + std::to_string(i), absl::ZeroDuration());
       if (r.ok() && r->outcome() == v1::CLAIM_OUTCOME_GRANTED) ++granted;
       if (r.ok() && r->outcome() == v1::CLAIM_OUTCOME_PENDING) ++pending;
     });
@@ -319,6 +318,30 @@ TEST_CASE("concurrent claimers of one key: exactly one is GRANTED") {
   for (auto& t : threads) t.join();
   CHECK(granted == 1);
   CHECK(pending == 7);
+}
+
+}  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
+  Fixture f;
+  f.options.backoff_abandons = 1;
+  f.options.backoff_cooldown = absl::Seconds(10);
+  auto a = f.Make();
+  const v1::Key key = DenseKey(4);
+  std::vector<v1::KeyState> seen;
+  a->Watch(key, [&](const v1::KeyStatus& s) { seen.push_back(s.state()); });
+  REQUIRE(a->Abandon(Grant(*a, key, "p"), "boom")->state() ==
+          v1::KEY_STATE_BACKOFF);
+  CHECK(a->GetStats().backoff_keys == 1);
+  a->Sweep();  // still cooling down: nothing to tell
+  f.clock.Advance(absl::Seconds(11));
+  a->Sweep();
+  CHECK(seen ==
+        std::vector<v1::KeyState>{v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
+                                  v1::KEY_STATE_BACKOFF, v1::KEY_STATE_MISS});
+  CHECK(a->GetStats().backoff_keys == 0);
 }
 
 }  // namespace gputune
