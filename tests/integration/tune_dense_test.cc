@@ -338,3 +338,28 @@ TEST_CASE("Backup writes an online copy and refuses to overwrite") {
 }
 
 }  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE("a job past its time limit is cancelled and the worker keeps serving") {
+  testing::DaemonProcess d(
+      {"--backend=fault", "--job_timeout=300ms", "--tune_budget=10s",
+       "--fault_candidates=host.naive;fault.slow(sleep_ms=100);"
+       "fault.slow(sleep_ms=101)"});
+  auto stub = d.Stub();
+  v1::TuneDenseResponse resp;
+  grpc::Status s = Tune(*stub, testing::DenseKey(1, 64, 64), true, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(s.error_message().find("time limit") != std::string::npos);
+  v1::GetStatusResponse status = Status(*stub);
+  CHECK(status.jobs_failed() == 1);
+  CHECK(status.backend_ready());
+  // The worker takes the next job.
+  REQUIRE(Tune(*stub, testing::DenseKey(2, 64, 64), false, &resp).ok());
+  CHECK(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job() &&
+           s.running_job().key().dense_bf16().tokens() == 2;
+  }));
+}
+
+}  // namespace gputune
