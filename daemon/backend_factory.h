@@ -15,7 +15,7 @@ struct BackendChoice {
   // usable device); then `error` says why and TuneDense answers
   // FAILED_PRECONDITION with it.
   std::unique_ptr<kernels::Backend> backend;
-  std::string name;   // "cuda", "host", "fault" or "none"
+  std::string name;  // "cuda", "host", "fault" or "none"
   std::string error;
   std::string warning;  // e.g. auto fell back to host: logged at start
 };

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "daemon/config.h"
 
 #include <algorithm>
@@ -7,10 +6,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 
 namespace gputune {
 namespace {
@@ -26,8 +26,8 @@ struct Option {
 
 absl::Status Bad(absl::string_view name, absl::string_view value,
                  absl::string_view expected) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", name, "=", value, ": expected ", expected));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, "=", value, ": expected ", expected));
 }
 
 Option Text(const char* name, const char* help, std::string Config::*field) {
@@ -92,7 +92,8 @@ Option OneOf(const char* name, const char* help, std::string Config::*field,
               }
             }
             std::string list;
-            for (const auto& a : allowed) absl::StrAppend(&list, list.empty() ? "" : ", ", a);
+            for (const auto& a : allowed)
+              absl::StrAppend(&list, list.empty() ? "" : ", ", a);
             return Bad(name, v, absl::StrCat("one of: ", list));
           },
           [field](const Config& c) { return c.*field; }};
@@ -100,7 +101,8 @@ Option OneOf(const char* name, const char* help, std::string Config::*field,
 
 const std::vector<Option>& Options() {
   static const auto* options = new std::vector<Option>{
-      Text("config", "config file with 'name = value' lines", &Config::config_file),
+      Text("config", "config file with 'name = value' lines",
+           &Config::config_file),
       Text("listen",
            "unix:///path, or host:port for TCP (default: "
            "$RUNTIME_DIRECTORY/gpu<device>.sock, else ./var/gpu<device>.sock)",
@@ -114,7 +116,8 @@ const std::vector<Option>& Options() {
             "auto | cuda | host | none (cache only) | fault (tests only)",
             &Config::backend, {"auto", "cuda", "host", "none", "fault"}),
       Text("fault_candidates",
-           "--backend=fault only (tests): candidates as 'kernel(a=1);kernel(b=2)'",
+           "--backend=fault only (tests): candidates as "
+           "'kernel(a=1);kernel(b=2)'",
            &Config::fault_candidates),
       Int("cublaslt_candidates", "cuBLASLt heuristic algorithms per key (CUDA)",
           &Config::cublaslt_candidates, 1, 64),
@@ -138,13 +141,15 @@ const std::vector<Option>& Options() {
       Dur("lease_ttl", "default claim lease", &Config::lease_ttl),
       Dur("max_lease_ttl", "longest lease a client may ask for",
           &Config::max_lease_ttl),
-      Int("backoff_abandons", "abandons within backoff_window that trip BACKOFF",
+      Int("backoff_abandons",
+          "abandons within backoff_window that trip BACKOFF",
           &Config::backoff_abandons, 1, 1000),
       Dur("backoff_window", "window for counting abandons",
           &Config::backoff_window),
       Dur("backoff_cooldown", "how long a key stays in BACKOFF",
           &Config::backoff_cooldown),
-      Int("queue_capacity", "benchmark jobs that may wait (then RESOURCE_EXHAUSTED)",
+      Int("queue_capacity",
+          "benchmark jobs that may wait (then RESOURCE_EXHAUSTED)",
           &Config::queue_capacity, 1, 1 << 20),
       Dur("tune_budget", "timing budget per key", &Config::tune_budget),
       Int("min_improvement_bps",
@@ -160,8 +165,8 @@ const std::vector<Option>& Options() {
            "SQLite synchronous=FULL (survives power loss) rather than NORMAL "
            "(survives a process crash)",
            &Config::db_sync_full),
-      Int("max_message_bytes", "largest gRPC message", &Config::max_message_bytes,
-          4096, 1 << 30),
+      Int("max_message_bytes", "largest gRPC message",
+          &Config::max_message_bytes, 4096, 1 << 30),
       Dur("shutdown_grace", "how long SIGTERM waits for calls in flight",
           &Config::shutdown_grace),
       Dur("watchdog_interval",
@@ -247,7 +252,8 @@ absl::StatusOr<Config> ParseConfig(
     if (absl::string_view(option->name) == "config") config.config_file = value;
   }
   if (!config.config_file.empty()) {
-    if (auto s = ApplyFile(config.config_file, config, false); !s.ok()) return s;
+    if (auto s = ApplyFile(config.config_file, config, false); !s.ok())
+      return s;
   }
   for (const auto& [option, value] : flags) {
     if (auto s = option->set(config, value); !s.ok()) return s;
@@ -257,8 +263,8 @@ absl::StatusOr<Config> ParseConfig(
   const std::string base = absl::StrCat("gpu", config.device);
   if (config.listen.empty()) {
     config.listen = absl::StrCat(
-        "unix://",
-        runtime_dir && *runtime_dir ? runtime_dir : "var", "/", base, ".sock");
+        "unix://", runtime_dir && *runtime_dir ? runtime_dir : "var", "/", base,
+        ".sock");
   }
   if (config.db.empty()) {
     config.db = absl::StrCat(state_dir && *state_dir ? state_dir : "var", "/",

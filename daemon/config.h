@@ -56,7 +56,7 @@ struct Config {
   int min_improvement_bps = 200;
   int max_candidates = 16;
   absl::Duration job_timeout = absl::Minutes(2);  // a job past it is cancelled
-  std::string autotune_log = "minimal";  // disabled | minimal | full
+  std::string autotune_log = "minimal";           // disabled | minimal | full
 
   // Storage.
   bool db_sync_full = true;  // synchronous=FULL (else NORMAL)

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "daemon/daemon.h"
 
 #include <malloc.h>
@@ -8,8 +7,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/backend_factory.h"
+#include "daemon/logging.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -20,7 +21,6 @@
 #include "proto/execution_convert.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
-#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -107,8 +107,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
             ++loaded;
           });
       !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("loading ", config.db, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("loading ", config.db, ": ", s.message()));
   }
 
   spdlog::info("database {} opened and checked in {}, {} entries indexed in {}",
@@ -157,10 +157,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
         "writable?"));
   }
   if (!socket_path.empty() &&
-      chmod(socket_path.c_str(), static_cast<mode_t>(config.socket_mode)) != 0) {
+      chmod(socket_path.c_str(), static_cast<mode_t>(config.socket_mode)) !=
+          0) {
     spdlog::warn("cannot set mode {:o} on {}", config.socket_mode, socket_path);
   }
-  if (d->server_->GetHealthCheckService()) d->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (d->server_->GetHealthCheckService())
+    d->server_->GetHealthCheckService()->SetServingStatus(true);
 
   Daemon* raw = d.get();
   d->sweeper_ = std::thread([raw] {
@@ -183,7 +185,8 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("gputuned shutting down");
-  if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (server_ && server_->GetHealthCheckService())
+    server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +

@@ -11,9 +11,8 @@ namespace gputune {
 Notifier::Notifier(absl::Duration interval) : interval_(interval) {
   if (interval_ <= absl::ZeroDuration()) {
     uint64_t usec = 0;
-    interval_ = sd_watchdog_enabled(0, &usec) > 0
-                    ? absl::Microseconds(usec) / 2
-                    : absl::ZeroDuration();
+    interval_ = sd_watchdog_enabled(0, &usec) > 0 ? absl::Microseconds(usec) / 2
+                                                  : absl::ZeroDuration();
   }
 }
 

@@ -1,16 +1,16 @@
-#include "absl/strings/string_view.h"
 #include "daemon/tune_service.h"
 
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "daemon/logging.h"
 #include "kernels/engine.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
-#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -47,14 +47,13 @@ absl::Status ValidateClaimId(uint64_t id) {
 // Streams a key's status changes until HIT or cancellation. The arbiter's
 // callback and gRPC's reactions share `Shared`, which outlives the reactor, so
 // a notification racing with OnDone never touches a deleted reactor.
-class WatchReactor final
-    : public grpc::ServerWriteReactor<v1::WatchResponse> {
+class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
  public:
   WatchReactor(Arbiter* arbiter, const v1::Key& key)
       : arbiter_(arbiter), shared_(std::make_shared<Shared>()) {
     shared_->reactor = this;
-    watch_id_ = arbiter_->Watch(
-        key, [shared = shared_](const v1::KeyStatus& status) {
+    watch_id_ =
+        arbiter_->Watch(key, [shared = shared_](const v1::KeyStatus& status) {
           std::lock_guard<std::recursive_mutex> lock(shared->mu);
           if (shared->reactor != nullptr) shared->reactor->OnStatus(status);
         });
@@ -67,8 +66,9 @@ class WatchReactor final
       finish_after_write_ = false;
       return Finish(deferred_);
     }
-    if (!ok) return FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED,
-                                            "watch stream closed"));
+    if (!ok)
+      return FinishOnce(
+          grpc::Status(grpc::StatusCode::CANCELLED, "watch stream closed"));
     if (current_.status().state() == v1::KEY_STATE_HIT) {
       return FinishOnce(grpc::Status::OK);
     }
@@ -158,9 +158,8 @@ TuneServiceImpl::TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
 grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
     grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  store_executor_->Submit([reactor, work = std::move(work)] {
-    reactor->Finish(ToGrpc(work()));
-  });
+  store_executor_->Submit(
+      [reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
   return reactor;
 }
 
@@ -176,8 +175,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     grpc::CallbackServerContext* ctx, const v1::BatchLookupRequest* request,
     v1::BatchLookupResponse* response) {
   if (request->keys_size() == 0 || request->keys_size() > kMaxBatchKeys) {
-    return Done(ctx, Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
-                                                  " keys, got ",
+    return Done(ctx, Invalid("keys", absl::StrCat("must hold 1..",
+                                                  kMaxBatchKeys, " keys, got ",
                                                   request->keys_size())));
   }
   for (int i = 0; i < request->keys_size(); ++i) {
@@ -205,9 +204,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
       request->key(), request->holder(), FromProto(request->ttl()));
   if (!result.ok()) return Done(ctx, result.status());
   if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
-    spdlog::debug("claim {} granted on {} to '{}'",
-                  result->claim().claim_id(), KeyText(request->key()),
-                  request->holder());
+    spdlog::debug("claim {} granted on {} to '{}'", result->claim().claim_id(),
+                  KeyText(request->key()), request->holder());
   }
   *response = std::move(*result);
   return Done(ctx, absl::OkStatus());
@@ -287,8 +285,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
       arbiter_->CancelRecord(ticket);
       spdlog::error("record of {} by '{}' failed: {}", KeyText(ticket.key),
                     ticket.holder, s.message());
-      return absl::Status(s.code(), absl::StrCat("the entry was not persisted: ",
-                                                 s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("the entry was not persisted: ", s.message()));
     }
     arbiter_->CommitRecord(ticket, entry);
     spdlog::info("recorded {} by '{}': {}", KeyText(ticket.key), ticket.holder,
@@ -356,9 +354,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
     return Done(ctx, s);
   }
   if (request->page_size() > kMaxPageSize) {
-    return Done(ctx, Invalid("page_size", absl::StrCat("must be 0..",
-                                                       kMaxPageSize, ", got ",
-                                                       request->page_size())));
+    return Done(ctx, Invalid("page_size",
+                             absl::StrCat("must be 0..", kMaxPageSize, ", got ",
+                                          request->page_size())));
   }
   const int limit = static_cast<int>(
       request->page_size() == 0 ? kDefaultPageSize : request->page_size());
@@ -373,9 +371,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
       response->set_next_page_token(KeyId(page->back().key()));
     }
     for (v1::Entry& entry : *page) {
-      const bool hit = !info_.fingerprint_digest ||
-                       FingerprintDigest(entry.fingerprint()) ==
-                           *info_.fingerprint_digest;
+      const bool hit =
+          !info_.fingerprint_digest ||
+          FingerprintDigest(entry.fingerprint()) == *info_.fingerprint_digest;
       response->add_states(hit ? v1::KEY_STATE_HIT : v1::KEY_STATE_STALE);
       if (!request->with_measurements()) entry.clear_measurements();
       *response->add_entries() = std::move(entry);
@@ -449,9 +447,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
     v1::ImportEntriesResponse* response) {
   if (request->entries_size() == 0 ||
       request->entries_size() > kMaxImportEntries) {
-    return Done(ctx, Invalid("entries", absl::StrCat("must hold 1..",
-                                                     kMaxImportEntries,
-                                                     " entries")));
+    return Done(
+        ctx, Invalid("entries", absl::StrCat("must hold 1..", kMaxImportEntries,
+                                             " entries")));
   }
   std::vector<v1::Entry> entries;
   entries.reserve(request->entries_size());
@@ -464,14 +462,14 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
     entries.push_back(request->entries(i));
     entries.back().set_source(v1::SOURCE_IMPORTED);
   }
-  return OnStore(ctx, [this, entries = std::move(entries),
-                       response]() -> absl::Status {
-    if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
-    arbiter_->Install(entries);
-    spdlog::info("imported {} entries", entries.size());
-    response->set_imported(static_cast<uint32_t>(entries.size()));
-    return absl::OkStatus();
-  });
+  return OnStore(
+      ctx, [this, entries = std::move(entries), response]() -> absl::Status {
+        if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
+        arbiter_->Install(entries);
+        spdlog::info("imported {} entries", entries.size());
+        response->set_imported(static_cast<uint32_t>(entries.size()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
@@ -502,7 +500,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
     JobQueue::Stats js = jobs_->GetStats();
     response->set_queue_depth(js.queue_depth);
     response->set_queue_capacity(js.capacity);
-    if (js.running) *response->mutable_running_job() = std::move(js.running_job);
+    if (js.running)
+      *response->mutable_running_job() = std::move(js.running_job);
     response->set_jobs_completed(js.completed);
     response->set_jobs_failed(js.failed);
   }
@@ -574,14 +573,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
     const kernels::AutotuneLog level =
         kernels::ParseAutotuneLog(request->autotune_log(), &ok);
     if (!ok) {
-      return Done(ctx, Invalid("autotune_log",
-                               "must be disabled, minimal or full"));
+      return Done(ctx,
+                  Invalid("autotune_log", "must be disabled, minimal or full"));
     }
     if (jobs_ != nullptr) jobs_->SetAutotuneLog(level);
   }
-  response->set_level(std::string(
-      spdlog::level::to_string_view(spdlog::get_level()).data(),
-      spdlog::level::to_string_view(spdlog::get_level()).size()));
+  response->set_level(
+      std::string(spdlog::level::to_string_view(spdlog::get_level()).data(),
+                  spdlog::level::to_string_view(spdlog::get_level()).size()));
   if (jobs_ != nullptr) {
     response->set_autotune_log(
         std::string(kernels::AutotuneLogName(jobs_->autotune_log())));

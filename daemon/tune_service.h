@@ -30,7 +30,7 @@ struct DaemonInfo {
   std::string listen_address;
   std::string database_path;
   std::string database_quarantined_to;
-  v1::Fingerprint fingerprint;             // stamped on client Records
+  v1::Fingerprint fingerprint;                    // stamped on client Records
   std::optional<std::string> fingerprint_digest;  // nullopt: unknown device
 };
 
@@ -72,19 +72,17 @@ class TuneServiceImpl final : public v1::TuneService::CallbackService {
                                      const v1::GetEntryRequest* request,
                                      v1::GetEntryResponse* response) override;
   grpc::ServerUnaryReactor* DeleteEntries(
-      grpc::CallbackServerContext* ctx,
-      const v1::DeleteEntriesRequest* request,
+      grpc::CallbackServerContext* ctx, const v1::DeleteEntriesRequest* request,
       v1::DeleteEntriesResponse* response) override;
   grpc::ServerUnaryReactor* ImportEntries(
-      grpc::CallbackServerContext* ctx,
-      const v1::ImportEntriesRequest* request,
+      grpc::CallbackServerContext* ctx, const v1::ImportEntriesRequest* request,
       v1::ImportEntriesResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
-  grpc::ServerUnaryReactor* TuneDense(
-      grpc::CallbackServerContext* ctx, const v1::TuneDenseRequest* request,
-      v1::TuneDenseResponse* response) override;
+  grpc::ServerUnaryReactor* TuneDense(grpc::CallbackServerContext* ctx,
+                                      const v1::TuneDenseRequest* request,
+                                      v1::TuneDenseResponse* response) override;
 
  private:
   // Runs `work` on the store executor and finishes the reactor with its

@@ -29,7 +29,7 @@ struct DenseShape {
 // One way to compute the problem: a kernel family and its parameters, complete
 // enough to run exactly what was measured. Mirrors gputune.v1.Execution.
 struct Execution {
-  std::string kernel;                     // e.g. "host.blocked", "cublaslt"
+  std::string kernel;  // e.g. "host.blocked", "cublaslt"
   // Family-specific, by name. Values fit in int32 (gputune.v1.Execution).
   std::map<std::string, int64_t> params;
   uint64_t workspace_bytes = 0;

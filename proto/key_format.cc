@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "key_format.h"
 
 #include <vector>
@@ -6,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "validation.h"
 
 namespace gputune {

@@ -15,8 +15,8 @@
 #include <string>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
 
 namespace gputune {

@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "validation.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "key_format.h"
 
 namespace gputune {
@@ -41,8 +41,8 @@ absl::Status CheckName(absl::string_view value, absl::string_view field) {
 
 absl::Status CheckDim(uint32_t value, absl::string_view field) {
   if (value == 0 || value > kMaxDimension) {
-    return Invalid(field, absl::StrCat("must be 1..", kMaxDimension, ", got ",
-                                       value));
+    return Invalid(field,
+                   absl::StrCat("must be 1..", kMaxDimension, ", got ", value));
   }
   return absl::OkStatus();
 }
@@ -72,8 +72,8 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
       if (auto s = CheckDim(d.tokens(), absl::StrCat(f, ".tokens")); !s.ok()) {
         return s;
       }
-      if (auto s = CheckDim(d.input_features(),
-                            absl::StrCat(f, ".input_features"));
+      if (auto s =
+              CheckDim(d.input_features(), absl::StrCat(f, ".input_features"));
           !s.ok()) {
         return s;
       }
@@ -137,7 +137,8 @@ absl::Status ValidateExecution(const v1::Execution& exec,
 
 absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,
                                  absl::string_view field) {
-  if (auto s = ValidateExecution(m.execution(), absl::StrCat(field, ".execution"));
+  if (auto s =
+          ValidateExecution(m.execution(), absl::StrCat(field, ".execution"));
       !s.ok()) {
     return s;
   }
@@ -177,9 +178,9 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
                    absl::StrCat("at most ", kMaxMeasurements));
   }
   for (int i = 0; i < entry.measurements_size(); ++i) {
-    if (auto s = ValidateMeasurement(
-            entry.measurements(i),
-            absl::StrCat(field, ".measurements[", i, "]"));
+    if (auto s =
+            ValidateMeasurement(entry.measurements(i),
+                                absl::StrCat(field, ".measurements[", i, "]"));
         !s.ok()) {
       return s;
     }
@@ -195,7 +196,8 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
       !s.ok()) {
     return s;
   }
-  return CheckDuration(entry.chosen_time(), absl::StrCat(field, ".chosen_time"));
+  return CheckDuration(entry.chosen_time(),
+                       absl::StrCat(field, ".chosen_time"));
 }
 
 absl::Status ValidateHolder(absl::string_view holder, absl::string_view field) {

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
 
 namespace gputune {

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "storage/sqlite.h"
 
 #include <sqlite3.h>
@@ -6,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace gputune::storage {
 
@@ -99,7 +99,8 @@ absl::StatusOr<Connection> Connection::Open(const std::string& path) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+      nullptr);
   if (rc != SQLITE_OK) {
     absl::Status s = SqliteError(rc, absl::StrCat("open ", path), db);
     sqlite3_close(db);
@@ -122,8 +123,9 @@ Connection::~Connection() { sqlite3_close_v2(db_); }
 
 absl::StatusOr<Statement> Connection::Prepare(absl::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
-                                    SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  const int rc =
+      sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
+                         SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     return SqliteError(rc, absl::StrCat("prepare '", sql, "'"), db_);
   }

@@ -5,8 +5,8 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -73,8 +73,8 @@ absl::StatusOr<std::string> Quarantine(const std::string& path) {
     if (!std::filesystem::exists(from, ec)) continue;
     std::filesystem::rename(from, absl::StrCat(target, suffix), ec);
     if (ec) {
-      return absl::InternalError(absl::StrCat("cannot move corrupt ", from,
-                                              " aside: ", ec.message()));
+      return absl::InternalError(
+          absl::StrCat("cannot move corrupt ", from, " aside: ", ec.message()));
     }
   }
   return target;
@@ -91,12 +91,12 @@ absl::Status Migrate(Connection& db, OpenReport* report) {
         "): upgrade gputuned, or point --db at another file"));
   }
   for (int64_t v = *version; v < TuneStore::kSchemaVersion; ++v) {
-    if (auto s = db.Exec(absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v],
-                                      "COMMIT;"));
+    if (auto s = db.Exec(
+            absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v], "COMMIT;"));
         !s.ok()) {
       (void)db.Exec("ROLLBACK");
-      return absl::Status(s.code(), absl::StrCat("migrating schema to v",
-                                                 v + 1, ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("migrating schema to v", v + 1,
+                                                 ": ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -176,7 +176,8 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
   }
   if (!health.ok()) return health;
   if (auto s = Migrate(*db, report); !s.ok()) return s;
-  return std::unique_ptr<TuneStore>(new TuneStore(options.path, std::move(*db)));
+  return std::unique_ptr<TuneStore>(
+      new TuneStore(options.path, std::move(*db)));
 }
 
 absl::Status TuneStore::ForEach(
@@ -187,7 +188,8 @@ absl::Status TuneStore::ForEach(
   constexpr int kPage = 1024;
   std::string after;
   while (true) {
-    absl::StatusOr<std::vector<v1::Entry>> page = List(EntryQuery(), after, kPage);
+    absl::StatusOr<std::vector<v1::Entry>> page =
+        List(EntryQuery(), after, kPage);
     if (!page.ok()) return page.status();
     for (v1::Entry& entry : *page) {
       after = KeyId(entry.key());
@@ -217,8 +219,8 @@ absl::Status TuneStore::ForEachSummary(
         absl::StatusOr<bool> row = st->Step();
         if (!row.ok()) return row.status();
         if (!*row) break;
-        rows.push_back({st->ColumnText(0), st->ColumnBlob(1),
-                        st->ColumnText(2), st->ColumnText(3)});
+        rows.push_back({st->ColumnText(0), st->ColumnBlob(1), st->ColumnText(2),
+                        st->ColumnText(3)});
       }
     }
     if (!rows.empty()) after = rows.back()[0];
@@ -335,8 +337,8 @@ absl::StatusOr<std::vector<std::string>> TuneStore::Delete(
 absl::StatusOr<std::vector<std::string>> TuneStore::DeleteMatching(
     const EntryQuery& query) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> st = db_.Prepare(
-      absl::StrCat("DELETE FROM entries", WhereClause(query), " RETURNING key_id"));
+  absl::StatusOr<Statement> st = db_.Prepare(absl::StrCat(
+      "DELETE FROM entries", WhereClause(query), " RETURNING key_id"));
   if (!st.ok()) return st.status();
   BindQuery(*st, query);
   std::vector<std::string> deleted;

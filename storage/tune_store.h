@@ -37,7 +37,7 @@
 namespace gputune::storage {
 
 struct StoreOptions {
-  std::string path;             // database file; its directory must exist
+  std::string path;              // database file; its directory must exist
   bool synchronous_full = true;  // FULL (power-loss safe) or NORMAL
 };
 
@@ -72,9 +72,8 @@ class TuneStore {
 
   // Calls fn for every entry in key order (loading the in-memory index), a
   // page at a time and without holding the store's lock.
-  absl::Status ForEach(
-      const std::function<void(const std::string& key_id, v1::Entry&& entry)>&
-          fn);
+  absl::Status ForEach(const std::function<void(const std::string& key_id,
+                                                v1::Entry&& entry)>& fn);
 
   // Calls fn for every entry with what the in-memory index needs (key id,
   // serialized EntrySummary, candidate set, fingerprint digest), in key
@@ -120,8 +119,10 @@ class TuneStore {
   const std::string& path() const { return path_; }
 
  private:
-  TuneStore(std::string path, Connection db) : path_(std::move(path)), db_(std::move(db)) {}
-  absl::Status PutLocked(const v1::Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TuneStore(std::string path, Connection db)
+      : path_(std::move(path)), db_(std::move(db)) {}
+  absl::Status PutLocked(const v1::Entry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   absl::Mutex mu_;

@@ -154,8 +154,7 @@ int main(int argc, char** argv) {
   tune.log = gputune::kernels::AutotuneLog::kDisabled;
 
   std::printf("%-6s %-5s | %-12s %-10s | %-12s %-10s | %s\n", "procs", "keys",
-              "daemon jobs", "wall s", "per-proc jobs", "wall s",
-              "speed-up");
+              "daemon jobs", "wall s", "per-proc jobs", "wall s", "speed-up");
   std::string json = "{\"keys\": " + std::to_string(opt.keys) +
                      ", \"budget_ms\": " + std::to_string(opt.budget_ms) +
                      ", \"rounds\": [";
@@ -203,12 +202,12 @@ int main(int argc, char** argv) {
                 opt.keys, static_cast<unsigned long long>(daemon_jobs),
                 daemon_wall, local_jobs, local_wall, local_wall / daemon_wall);
     std::fflush(stdout);
-    json += std::string(round > 1 ? ", " : "") + "{\"procs\": " +
-            std::to_string(n) + ", \"daemon_jobs\": " +
-            std::to_string(daemon_jobs) + ", \"daemon_wall_s\": " +
-            std::to_string(daemon_wall) + ", \"per_process_jobs\": " +
-            std::to_string(local_jobs) + ", \"per_process_wall_s\": " +
-            std::to_string(local_wall) + "}";
+    json += std::string(round > 1 ? ", " : "") +
+            "{\"procs\": " + std::to_string(n) +
+            ", \"daemon_jobs\": " + std::to_string(daemon_jobs) +
+            ", \"daemon_wall_s\": " + std::to_string(daemon_wall) +
+            ", \"per_process_jobs\": " + std::to_string(local_jobs) +
+            ", \"per_process_wall_s\": " + std::to_string(local_wall) + "}";
     if (daemon_jobs != static_cast<uint64_t>(opt.keys)) {
       std::fprintf(stderr, "FAIL: %d processes x %d keys ran %llu jobs\n", n,
                    opt.keys, static_cast<unsigned long long>(daemon_jobs));

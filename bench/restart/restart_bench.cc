@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
     auto store = gputune::storage::TuneStore::Open({db, false}, &report);
     if (!store.ok()) return 1;
     gputune::v1::Fingerprint fp;
-    fp.set_backend("host");  // another device: entries load as STALE, as after a driver upgrade
+    fp.set_backend("host");  // another device: entries load as STALE, as after
+                             // a driver upgrade
     fp.set_device_name("bench");
     std::vector<gputune::v1::Entry> batch;
     for (int i = 0; i < n; ++i) {
@@ -169,15 +170,16 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
 
-  std::printf("entries %d (db %.1f MiB): serving after %.3f s (target <= 1 s), "
-              "RSS %.1f MiB (anonymous %.1f MiB), peak %.1f MiB; daemon "
-              "counted %llu entries\n",
-              n, db_bytes / 1048576.0, serving_s, mem.rss / 1024.0,
-              mem.anon / 1024.0, mem.hwm / 1024.0,
-              static_cast<unsigned long long>(status.entries()));
+  std::printf(
+      "entries %d (db %.1f MiB): serving after %.3f s (target <= 1 s), "
+      "RSS %.1f MiB (anonymous %.1f MiB), peak %.1f MiB; daemon "
+      "counted %llu entries\n",
+      n, db_bytes / 1048576.0, serving_s, mem.rss / 1024.0, mem.anon / 1024.0,
+      mem.hwm / 1024.0, static_cast<unsigned long long>(status.entries()));
   if (!json.empty()) {
-    std::ofstream(json) << "{\"entries\": " << n << ", \"serving_s\": "
-                        << serving_s << ", \"rss_kib\": " << mem.rss
+    std::ofstream(json) << "{\"entries\": " << n
+                        << ", \"serving_s\": " << serving_s
+                        << ", \"rss_kib\": " << mem.rss
                         << ", \"anon_kib\": " << mem.anon
                         << ", \"peak_rss_kib\": " << mem.hwm << "}\n";
   }

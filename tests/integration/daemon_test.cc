@@ -300,7 +300,8 @@ TEST_CASE("bad input gets INVALID_ARGUMENT naming the field, nothing changes") {
          v1::RecordRequest req;
          req.set_claim_id(claim);
          req.mutable_execution()->set_kernel("k");
-         req.add_measurements()->set_validation(static_cast<v1::Validation>(42));
+         req.add_measurements()->set_validation(
+             static_cast<v1::Validation>(42));
          v1::RecordResponse resp;
          return stub->Record(Ctx().get(), req, &resp);
        },
@@ -384,7 +385,8 @@ TEST_CASE("without a backend the cache is served and TuneDense says why") {
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_CASE("the cuda backend without a usable device serves the cache and says why") {
+TEST_CASE(
+    "the cuda backend without a usable device serves the cache and says why") {
   DaemonProcess d({"--backend=cuda"});
   auto stub = d.Stub();
   v1::GetStatusResponse status = Status(*stub);

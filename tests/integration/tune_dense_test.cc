@@ -119,7 +119,8 @@ TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
   }
   SECTION("wait=true follows the client's claim to its entry") {
     v1::TuneDenseResponse resp;
-    std::thread waiter([&] { REQUIRE(Tune(*d.Stub(), key, true, &resp).ok()); });
+    std::thread waiter(
+        [&] { REQUIRE(Tune(*d.Stub(), key, true, &resp).ok()); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     v1::RecordRequest rec;
     rec.set_claim_id(granted.claim().claim_id());
@@ -160,8 +161,8 @@ TEST_CASE("a failing candidate is dropped and its failure kept in the entry") {
 }
 
 TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
-  DaemonProcess d({"--backend=fault",
-                   "--fault_candidates=fault.wrong;fault.throws"});
+  DaemonProcess d(
+      {"--backend=fault", "--fault_candidates=fault.wrong;fault.throws"});
   auto stub = d.Stub();
   const v1::Key key = DenseKey(5, 64, 64);
   v1::TuneDenseResponse resp;
@@ -177,8 +178,8 @@ TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
 }
 
 TEST_CASE("a lost device stops benchmarking but the cache is still served") {
-  DaemonProcess d({"--backend=fault",
-                   "--fault_candidates=host.naive;fault.lose_device"});
+  DaemonProcess d(
+      {"--backend=fault", "--fault_candidates=host.naive;fault.lose_device"});
   auto stub = d.Stub();
   v1::TuneDenseResponse resp;
   grpc::Status failed = Tune(*stub, DenseKey(1, 64, 64), true, &resp);
@@ -299,8 +300,8 @@ TEST_CASE("the min-improvement rule keeps the default within the threshold") {
 namespace gputune {
 
 TEST_CASE("the autotune log level changes at runtime") {
-  testing::DaemonProcess d({"--backend=host", "--autotune_log=disabled",
-                            "--tune_budget=100ms"});
+  testing::DaemonProcess d(
+      {"--backend=host", "--autotune_log=disabled", "--tune_budget=100ms"});
   auto stub = d.Stub();
   v1::TuneDenseResponse resp;
   REQUIRE(Tune(*stub, testing::DenseKey(1, 64, 64), true, &resp).ok());
@@ -341,7 +342,8 @@ TEST_CASE("Backup writes an online copy and refuses to overwrite") {
 
 namespace gputune {
 
-TEST_CASE("a job past its time limit is cancelled and the worker keeps serving") {
+TEST_CASE(
+    "a job past its time limit is cancelled and the worker keeps serving") {
   testing::DaemonProcess d(
       {"--backend=fault", "--job_timeout=300ms", "--tune_budget=10s",
        "--fault_candidates=host.naive;fault.slow(sleep_ms=100);"

@@ -52,7 +52,8 @@ pid_t SpawnGputuned(const std::vector<std::string>& args,
   if (pid == 0) {
     freopen(log_path.c_str(), "a", stderr);
     freopen(log_path.c_str(), "a", stdout);
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    for (const auto& [name, value] : env)
+      setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (auto& a : argv_storage) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -69,7 +70,8 @@ void DaemonProcess::Start() {
   const pid_t pid = SpawnGputuned(args, env_, log_path());
   pid_ = pid;
   // Serving means: GetStatus answers.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < give_up) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {

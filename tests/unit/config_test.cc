@@ -54,8 +54,9 @@ TEST_CASE("flags override the config file, which overrides defaults") {
 TEST_CASE("bad settings are refused with the flag or file line named") {
   CHECK(std::string(Parse({"--lease_ttl=soon"}).status().message())
             .find("--lease_ttl=soon") != std::string::npos);
-  CHECK(std::string(Parse({"--backend=tpu"}).status().message())
-            .find("one of") != std::string::npos);
+  CHECK(
+      std::string(Parse({"--backend=tpu"}).status().message()).find("one of") !=
+      std::string::npos);
   CHECK(std::string(Parse({"--nope=1"}).status().message())
             .find("unknown flag --nope") != std::string::npos);
   CHECK(std::string(Parse({"positional"}).status().message())
@@ -63,8 +64,7 @@ TEST_CASE("bad settings are refused with the flag or file line named") {
   char tmpl[] = "/tmp/gputune-conf-XXXXXX";
   REQUIRE(mkstemp(tmpl) >= 0);
   std::ofstream(tmpl) << "lease_ttl = 1s\nbogus = 1\n";
-  CHECK(std::string(
-            Parse({std::string("--config=") + tmpl}).status().message())
+  CHECK(std::string(Parse({std::string("--config=") + tmpl}).status().message())
             .find(":2: unknown setting 'bogus'") != std::string::npos);
   unlink(tmpl);
 }

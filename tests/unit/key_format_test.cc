@@ -47,13 +47,19 @@ TEST_CASE("key validation names the offending field") {
   };
   const std::vector<Case> cases = {
       {[](v1::Key& k) { k.clear_op(); }, "key: must set"},
-      {[](v1::Key& k) { k.mutable_dense_bf16()->set_phase(v1::PHASE_UNSPECIFIED); },
+      {[](v1::Key& k) {
+         k.mutable_dense_bf16()->set_phase(v1::PHASE_UNSPECIFIED);
+       },
        "key.dense_bf16.phase"},
-      {[](v1::Key& k) { k.mutable_dense_bf16()->set_phase(static_cast<v1::Phase>(7)); },
+      {[](v1::Key& k) {
+         k.mutable_dense_bf16()->set_phase(static_cast<v1::Phase>(7));
+       },
        "key.dense_bf16.phase"},
       {[](v1::Key& k) { k.mutable_dense_bf16()->set_role(""); },
        "key.dense_bf16.role"},
-      {[](v1::Key& k) { k.mutable_dense_bf16()->set_role(std::string(65, 'r')); },
+      {[](v1::Key& k) {
+         k.mutable_dense_bf16()->set_role(std::string(65, 'r'));
+       },
        "key.dense_bf16.role"},
       {[](v1::Key& k) { k.mutable_dense_bf16()->set_role("a/b"); },
        "key.dense_bf16.role"},
