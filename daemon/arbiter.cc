@@ -70,11 +70,6 @@ void Arbiter::SetEntryLocked(const std::string& key_id,
           FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_);
 }
 
-void Arbiter::Load(const std::string& key_id, const v1::Entry& entry) {
-  absl::MutexLock lock(&mu_);
-  SetEntryLocked(key_id, entry);
-}
-
 void Arbiter::LoadSummary(const std::string& key_id, std::string summary,
                           std::string candidate_set,
                           const std::string& fingerprint_digest) {

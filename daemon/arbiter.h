@@ -67,12 +67,10 @@ class Arbiter {
           ClaimIdReserver reserver,
           std::optional<std::string> fingerprint_digest);
 
-  // Adds an entry at start-up (no watchers exist yet).
-  void Load(const std::string& key_id, const v1::Entry& entry)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The same from what the store keeps for the index (TuneStore::
-  // ForEachSummary): the serialized summary, its candidate set and the
-  // digest of the entry's fingerprint. No parsing: restarts stay fast.
+  // Adds an entry at start-up from what the store keeps for the index
+  // (TuneStore::ForEachSummary): the serialized summary, its candidate set
+  // and the digest of the entry's fingerprint. No parsing: restarts stay
+  // fast. No watchers exist yet.
   void LoadSummary(const std::string& key_id, std::string summary,
                    std::string candidate_set,
                    const std::string& fingerprint_digest)

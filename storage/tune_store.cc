@@ -180,25 +180,6 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
       new TuneStore(options.path, std::move(*db)));
 }
 
-absl::Status TuneStore::ForEach(
-    const std::function<void(const std::string&, v1::Entry&&)>& fn) {
-  // In pages, calling fn without the lock held (fn may take other locks,
-  // e.g. the arbiter's, which itself calls into the store) and without
-  // holding the whole table in memory.
-  constexpr int kPage = 1024;
-  std::string after;
-  while (true) {
-    absl::StatusOr<std::vector<v1::Entry>> page =
-        List(EntryQuery(), after, kPage);
-    if (!page.ok()) return page.status();
-    for (v1::Entry& entry : *page) {
-      after = KeyId(entry.key());
-      fn(after, std::move(entry));
-    }
-    if (static_cast<int>(page->size()) < kPage) return absl::OkStatus();
-  }
-}
-
 absl::Status TuneStore::ForEachSummary(
     const std::function<void(std::string key_id, std::string summary,
                              std::string candidate_set,

@@ -70,11 +70,6 @@ class TuneStore {
   static absl::StatusOr<std::unique_ptr<TuneStore>> Open(
       const StoreOptions& options, OpenReport* report);
 
-  // Calls fn for every entry in key order (loading the in-memory index), a
-  // page at a time and without holding the store's lock.
-  absl::Status ForEach(const std::function<void(const std::string& key_id,
-                                                v1::Entry&& entry)>& fn);
-
   // Calls fn for every entry with what the in-memory index needs (key id,
   // serialized EntrySummary, candidate set, fingerprint digest), in key
   // order, a page at a time, without holding the store's lock. Parses

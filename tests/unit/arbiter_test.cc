@@ -196,7 +196,7 @@ TEST_CASE("an entry from another fingerprint is STALE") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu-B"));
   auto a = f.Make();
-  a->Load(KeyId(DenseKey(1)), EntryFor(DenseKey(1), Fp("gpu-A")));
+  a->Install({EntryFor(DenseKey(1), Fp("gpu-A"))});
   v1::KeyStatus s = a->Lookup(DenseKey(1));
   CHECK(s.state() == v1::KEY_STATE_STALE);
   CHECK(s.stale_reason().find("fingerprint") != std::string::npos);

@@ -81,8 +81,13 @@ TEST_CASE("entries survive a reopen byte for byte") {
         MakeEntry(1, "replaced").SerializeAsString());
   std::vector<std::string> ids;
   REQUIRE(store
-              ->ForEach([&](const std::string& id, v1::Entry&&) {
-                ids.push_back(id);
+              ->ForEachSummary([&](std::string id, std::string summary,
+                                   std::string candidate_set, std::string) {
+                v1::Entry parsed;
+                CHECK(parsed.ParseFromString(summary));
+                CHECK(parsed.measurements_size() == 0);
+                CHECK(candidate_set == "cs1");
+                ids.push_back(std::move(id));
               })
               .ok());
   CHECK(ids == std::vector<std::string>{Id(1), Id(2)});
