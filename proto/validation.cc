@@ -9,8 +9,19 @@
 namespace gputune {
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+// A field's path as a parent and a literal tail ("key", ".dense_bf16.role"),
+// joined only when a message needs it: validation runs on every Lookup, and
+// a valid request should not pay for building field names.
+struct Field {
+  Field(absl::string_view base, absl::string_view tail = "")
+      : base(base), tail(tail) {}
+  absl::string_view base;
+  absl::string_view tail;
+};
+
+absl::Status Invalid(const Field& field, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field.base, field.tail, ": ", what));
 }
 
 bool IsNameChar(char c) {
@@ -20,8 +31,8 @@ bool IsNameChar(char c) {
 
 // 1..max characters, each accepted by `ok`.
 template <typename CharOk>
-absl::Status CheckText(absl::string_view value, absl::string_view field,
-                       size_t max, CharOk ok, absl::string_view allowed) {
+absl::Status CheckText(absl::string_view value, const Field& field, size_t max,
+                       CharOk ok, absl::string_view allowed) {
   if (value.empty()) return Invalid(field, "must not be empty");
   if (value.size() > max) {
     return Invalid(field, absl::StrCat("must be at most ", max,
@@ -35,11 +46,11 @@ absl::Status CheckText(absl::string_view value, absl::string_view field,
   return absl::OkStatus();
 }
 
-absl::Status CheckName(absl::string_view value, absl::string_view field) {
+absl::Status CheckName(absl::string_view value, const Field& field) {
   return CheckText(value, field, kMaxNameLength, IsNameChar, "[A-Za-z0-9._-]");
 }
 
-absl::Status CheckDim(uint32_t value, absl::string_view field) {
+absl::Status CheckDim(uint32_t value, const Field& field) {
   if (value == 0 || value > kMaxDimension) {
     return Invalid(field,
                    absl::StrCat("must be 1..", kMaxDimension, ", got ", value));
@@ -48,7 +59,7 @@ absl::Status CheckDim(uint32_t value, absl::string_view field) {
 }
 
 absl::Status CheckDuration(const google::protobuf::Duration& d,
-                           absl::string_view field) {
+                           const Field& field) {
   if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= 1000000000) {
     return Invalid(field, "must be a non-negative duration");
   }
@@ -61,24 +72,24 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
   switch (key.op_case()) {
     case v1::Key::kDenseBf16: {
       const v1::DenseBf16Key& d = key.dense_bf16();
-      const std::string f = absl::StrCat(field, ".dense_bf16");
       if (d.phase() != v1::PHASE_PREFILL && d.phase() != v1::PHASE_DECODE) {
-        return Invalid(absl::StrCat(f, ".phase"),
+        return Invalid({field, ".dense_bf16.phase"},
                        "must be PHASE_PREFILL or PHASE_DECODE");
       }
-      if (auto s = CheckName(d.role(), absl::StrCat(f, ".role")); !s.ok()) {
+      if (auto s = CheckName(d.role(), {field, ".dense_bf16.role"}); !s.ok()) {
         return s;
       }
-      if (auto s = CheckDim(d.tokens(), absl::StrCat(f, ".tokens")); !s.ok()) {
+      if (auto s = CheckDim(d.tokens(), {field, ".dense_bf16.tokens"});
+          !s.ok()) {
         return s;
       }
-      if (auto s =
-              CheckDim(d.input_features(), absl::StrCat(f, ".input_features"));
+      if (auto s = CheckDim(d.input_features(),
+                            {field, ".dense_bf16.input_features"});
           !s.ok()) {
         return s;
       }
       if (auto s = CheckDim(d.output_features(),
-                            absl::StrCat(f, ".output_features"));
+                            {field, ".dense_bf16.output_features"});
           !s.ok()) {
         return s;
       }
@@ -86,14 +97,13 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
     }
     case v1::Key::kCustom: {
       const v1::CustomKey& c = key.custom();
-      const std::string f = absl::StrCat(field, ".custom");
-      if (auto s = CheckName(c.op(), absl::StrCat(f, ".op")); !s.ok()) return s;
+      if (auto s = CheckName(c.op(), {field, ".custom.op"}); !s.ok()) return s;
       if (c.op() == kDenseOp) {
-        return Invalid(absl::StrCat(f, ".op"),
+        return Invalid({field, ".custom.op"},
                        "'dense_bf16' is the built-in op: use key.dense_bf16");
       }
       if (auto s = CheckText(
-              c.params(), absl::StrCat(f, ".params"), kMaxParamsLength,
+              c.params(), {field, ".custom.params"}, kMaxParamsLength,
               [](char ch) { return ch >= 0x20 && ch < 0x7f && ch != '@'; },
               "printable ASCII other than '@'");
           !s.ok()) {
@@ -105,8 +115,7 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
       return Invalid(field, "must set dense_bf16 or custom");
   }
   return CheckText(
-      key.candidate_set(), absl::StrCat(field, ".candidate_set"),
-      kMaxCandidateSetLength,
+      key.candidate_set(), {field, ".candidate_set"}, kMaxCandidateSetLength,
       [](char c) { return IsNameChar(c) || c == ':' || c == '+'; },
       "[A-Za-z0-9._:+-]");
 }
@@ -114,22 +123,22 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
 absl::Status ValidateExecution(const v1::Execution& exec,
                                absl::string_view field) {
   if (auto s = CheckText(
-          exec.kernel(), absl::StrCat(field, ".kernel"), kMaxNameLength,
+          exec.kernel(), {field, ".kernel"}, kMaxNameLength,
           [](char c) { return IsNameChar(c) || c == ':'; }, "[A-Za-z0-9._:-]");
       !s.ok()) {
     return s;
   }
   if (exec.params_size() > static_cast<int>(kMaxExecutionParams)) {
-    return Invalid(absl::StrCat(field, ".params"),
+    return Invalid({field, ".params"},
                    absl::StrCat("at most ", kMaxExecutionParams, " entries"));
   }
   for (const auto& [name, value] : exec.params()) {
-    if (auto s = CheckName(name, absl::StrCat(field, ".params key")); !s.ok()) {
+    if (auto s = CheckName(name, {field, ".params key"}); !s.ok()) {
       return s;
     }
   }
   if (exec.data().size() > kMaxExecutionData) {
-    return Invalid(absl::StrCat(field, ".data"),
+    return Invalid({field, ".data"},
                    absl::StrCat("at most ", kMaxExecutionData, " bytes"));
   }
   return absl::OkStatus();
@@ -143,30 +152,28 @@ absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,
     return s;
   }
   if (!v1::Validation_IsValid(m.validation())) {
-    return Invalid(absl::StrCat(field, ".validation"), "unknown value");
+    return Invalid({field, ".validation"}, "unknown value");
   }
   if (!std::isfinite(m.max_abs_error()) || m.max_abs_error() < 0) {
-    return Invalid(absl::StrCat(field, ".max_abs_error"),
-                   "must be finite and >= 0");
+    return Invalid({field, ".max_abs_error"}, "must be finite and >= 0");
   }
   if (m.error().size() > kMaxReasonLength) {
-    return Invalid(absl::StrCat(field, ".error"),
+    return Invalid({field, ".error"},
                    absl::StrCat("at most ", kMaxReasonLength, " characters"));
   }
-  if (auto s = CheckDuration(m.median(), absl::StrCat(field, ".median"));
-      !s.ok()) {
+  if (auto s = CheckDuration(m.median(), {field, ".median"}); !s.ok()) {
     return s;
   }
-  return CheckDuration(m.spread(), absl::StrCat(field, ".spread"));
+  return CheckDuration(m.spread(), {field, ".spread"});
 }
 
 absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
-  if (!entry.has_key()) return Invalid(absl::StrCat(field, ".key"), "required");
+  if (!entry.has_key()) return Invalid({field, ".key"}, "required");
   if (auto s = ValidateKey(entry.key(), absl::StrCat(field, ".key")); !s.ok()) {
     return s;
   }
   if (!entry.has_execution()) {
-    return Invalid(absl::StrCat(field, ".execution"), "required");
+    return Invalid({field, ".execution"}, "required");
   }
   if (auto s = ValidateExecution(entry.execution(),
                                  absl::StrCat(field, ".execution"));
@@ -174,7 +181,7 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
     return s;
   }
   if (entry.measurements_size() > static_cast<int>(kMaxMeasurements)) {
-    return Invalid(absl::StrCat(field, ".measurements"),
+    return Invalid({field, ".measurements"},
                    absl::StrCat("at most ", kMaxMeasurements));
   }
   for (int i = 0; i < entry.measurements_size(); ++i) {
@@ -186,18 +193,16 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
     }
   }
   if (!v1::Source_IsValid(entry.source())) {
-    return Invalid(absl::StrCat(field, ".source"), "unknown value");
+    return Invalid({field, ".source"}, "unknown value");
   }
   if (!std::isfinite(entry.speedup()) || entry.speedup() < 0) {
-    return Invalid(absl::StrCat(field, ".speedup"), "must be finite and >= 0");
+    return Invalid({field, ".speedup"}, "must be finite and >= 0");
   }
-  if (auto s = CheckDuration(entry.default_time(),
-                             absl::StrCat(field, ".default_time"));
+  if (auto s = CheckDuration(entry.default_time(), {field, ".default_time"});
       !s.ok()) {
     return s;
   }
-  return CheckDuration(entry.chosen_time(),
-                       absl::StrCat(field, ".chosen_time"));
+  return CheckDuration(entry.chosen_time(), {field, ".chosen_time"});
 }
 
 absl::Status ValidateHolder(absl::string_view holder, absl::string_view field) {
@@ -217,23 +222,22 @@ absl::Status ValidateReason(absl::string_view reason, absl::string_view field) {
 absl::Status ValidateFilter(const v1::EntryFilter& filter,
                             absl::string_view field) {
   if (!filter.op().empty()) {
-    if (auto s = CheckName(filter.op(), absl::StrCat(field, ".op")); !s.ok()) {
+    if (auto s = CheckName(filter.op(), {field, ".op"}); !s.ok()) {
       return s;
     }
   }
   if (!filter.role().empty()) {
-    if (auto s = CheckName(filter.role(), absl::StrCat(field, ".role"));
-        !s.ok()) {
+    if (auto s = CheckName(filter.role(), {field, ".role"}); !s.ok()) {
       return s;
     }
   }
   if (!v1::Phase_IsValid(filter.phase())) {
-    return Invalid(absl::StrCat(field, ".phase"), "unknown value");
+    return Invalid({field, ".phase"}, "unknown value");
   }
   if (filter.state() != v1::KEY_STATE_UNSPECIFIED &&
       filter.state() != v1::KEY_STATE_HIT &&
       filter.state() != v1::KEY_STATE_STALE) {
-    return Invalid(absl::StrCat(field, ".state"),
+    return Invalid({field, ".state"},
                    "must be KEY_STATE_HIT or KEY_STATE_STALE (entries are "
                    "either)");
   }
