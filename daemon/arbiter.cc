@@ -266,12 +266,11 @@ void Arbiter::CancelRecord(const RecordTicket& ticket) {
   }
 }
 
-absl::StatusOr<v1::AbandonResponse> Arbiter::Abandon(uint64_t claim_id,
-                                                     absl::string_view reason) {
-  (void)reason;  // the service logs it with the key
+absl::StatusOr<Arbiter::AbandonResult> Arbiter::Abandon(uint64_t claim_id) {
   const absl::Time now = clock_->Now();
   std::vector<Notification> notes;
-  v1::AbandonResponse response;
+  AbandonResult result;
+  v1::AbandonResponse& response = result.response;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Slot*> found = LiveClaimLocked(claim_id, now);
@@ -283,6 +282,7 @@ absl::StatusOr<v1::AbandonResponse> Arbiter::Abandon(uint64_t claim_id,
     }
     const std::string key_id = claims_[claim_id];
     claims_.erase(claim_id);
+    result.key = std::move(slot.lease->key);
     slot.lease.reset();
     std::erase_if(slot.abandons, [&](absl::Time t) {
       return t <= now - options_.backoff_window;
@@ -300,7 +300,7 @@ absl::StatusOr<v1::AbandonResponse> Arbiter::Abandon(uint64_t claim_id,
     CollectLocked(key_id, now, &notes);
   }
   Deliver(notes);
-  return response;
+  return result;
 }
 
 void Arbiter::Install(const std::vector<v1::Entry>& entries) {

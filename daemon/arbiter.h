@@ -109,9 +109,13 @@ class Arbiter {
   void CancelRecord(const RecordTicket& ticket) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Releases a live claim: MISS, or BACKOFF when this abandon trips it.
-  // FAILED_PRECONDITION when the claim is not live.
-  absl::StatusOr<v1::AbandonResponse> Abandon(uint64_t claim_id,
-                                              absl::string_view reason)
+  // FAILED_PRECONDITION when the claim is not live. (Callers log the reason
+  // with `key`.)
+  struct AbandonResult {
+    v1::AbandonResponse response;
+    v1::Key key;  // the claimed key
+  };
+  absl::StatusOr<AbandonResult> Abandon(uint64_t claim_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Entries that are durable already (imported): installed and watchers woken.

@@ -132,7 +132,7 @@ void JobQueue::Stop() {
   const absl::Status shutting_down = absl::UnavailableError(
       "gputuned is shutting down: retry against the restarted daemon");
   for (const auto& job : abandoned) {
-    (void)arbiter_->Abandon(job->claim_id, "gputuned shutting down");
+    (void)arbiter_->Abandon(job->claim_id);
     for (const DoneFn& done : job->waiters) done(shutting_down);
   }
   for (const auto& [id, follower] : followers) {
@@ -405,7 +405,7 @@ void JobQueue::Run(Job& job) {
   }
   if (!report.ok) {
     spdlog::warn("tuning {} failed: {}", key_text, report.error);
-    (void)arbiter_->Abandon(job.claim_id, report.error);
+    (void)arbiter_->Abandon(job.claim_id);
     result = absl::AbortedError(
         absl::StrCat("tuning ", key_text, " failed: ", report.error));
   }

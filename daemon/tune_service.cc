@@ -305,13 +305,15 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Abandon(
   if (auto s = ValidateReason(request->reason(), "reason"); !s.ok()) {
     return Done(ctx, s);
   }
-  absl::StatusOr<v1::AbandonResponse> result =
-      arbiter_->Abandon(request->claim_id(), request->reason());
+  absl::StatusOr<Arbiter::AbandonResult> result =
+      arbiter_->Abandon(request->claim_id());
   if (!result.ok()) return Done(ctx, result.status());
-  spdlog::info("claim {} abandoned: {}{}", request->claim_id(),
-               request->reason().empty() ? "(no reason)" : request->reason(),
-               result->state() == v1::KEY_STATE_BACKOFF ? " -> BACKOFF" : "");
-  *response = std::move(*result);
+  spdlog::info(
+      "claim {} on {} abandoned: {}{}", request->claim_id(),
+      KeyText(result->key),
+      request->reason().empty() ? "(no reason)" : request->reason(),
+      result->response.state() == v1::KEY_STATE_BACKOFF ? " -> BACKOFF" : "");
+  *response = std::move(result->response);
   return Done(ctx, absl::OkStatus());
 }
 

@@ -213,14 +213,15 @@ TEST_CASE("Abandon frees the key; repeated abandons trip BACKOFF") {
   auto a = f.Make();
   const v1::Key key = DenseKey(1);
   for (int i = 0; i < 2; ++i) {
-    auto r = a->Abandon(Grant(*a, key, "p"), "crashed");
+    auto r = a->Abandon(Grant(*a, key, "p"));
     REQUIRE(r.ok());
-    CHECK(r->state() == v1::KEY_STATE_MISS);
+    CHECK(r->response.state() == v1::KEY_STATE_MISS);
   }
-  auto third = a->Abandon(Grant(*a, key, "p"), "crashed");
+  auto third = a->Abandon(Grant(*a, key, "p"));
   REQUIRE(third.ok());
-  CHECK(third->state() == v1::KEY_STATE_BACKOFF);
-  CHECK(FromProto(third->retry_after()) == f.clock.Now() + absl::Seconds(30));
+  CHECK(third->response.state() == v1::KEY_STATE_BACKOFF);
+  CHECK(FromProto(third->response.retry_after()) ==
+        f.clock.Now() + absl::Seconds(30));
   auto refused = a->Claim(key, "p", absl::ZeroDuration());
   REQUIRE(refused.ok());
   CHECK(refused->outcome() == v1::CLAIM_OUTCOME_BACKOFF);
@@ -237,9 +238,11 @@ TEST_CASE("abandons spread wider than the window do not trip BACKOFF") {
   f.options.backoff_window = absl::Seconds(10);
   auto a = f.Make();
   const v1::Key key = DenseKey(1);
-  REQUIRE(a->Abandon(Grant(*a, key, "p"), "")->state() == v1::KEY_STATE_MISS);
+  REQUIRE(a->Abandon(Grant(*a, key, "p"))->response.state() ==
+          v1::KEY_STATE_MISS);
   f.clock.Advance(absl::Seconds(11));
-  CHECK(a->Abandon(Grant(*a, key, "p"), "")->state() == v1::KEY_STATE_MISS);
+  CHECK(a->Abandon(Grant(*a, key, "p"))->response.state() ==
+        v1::KEY_STATE_MISS);
 }
 
 TEST_CASE("claim ids are never reused, also across a restart") {
@@ -332,7 +335,7 @@ TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
   const v1::Key key = DenseKey(4);
   std::vector<v1::KeyState> seen;
   a->Watch(key, [&](const v1::KeyStatus& s) { seen.push_back(s.state()); });
-  REQUIRE(a->Abandon(Grant(*a, key, "p"), "boom")->state() ==
+  REQUIRE(a->Abandon(Grant(*a, key, "p"))->response.state() ==
           v1::KEY_STATE_BACKOFF);
   CHECK(a->GetStats().backoff_keys == 1);
   a->Sweep();  // still cooling down: nothing to tell
