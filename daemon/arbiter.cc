@@ -9,6 +9,7 @@
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
+#include "proto/wire.h"
 
 namespace gputune {
 
@@ -124,6 +125,29 @@ v1::KeyStatus Arbiter::Lookup(const v1::Key& key) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = slots_.find(key_id);
   return StatusLocked(key, it == slots_.end() ? nullptr : &it->second, now);
+}
+
+void Arbiter::AppendLookup(const v1::Key& key, absl::string_view key_wire,
+                           std::string* out) const {
+  thread_local std::string key_id;
+  key_id.clear();
+  AppendKeyId(key, &key_id);
+  const absl::Time now = clock_->Now();
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = slots_.find(key_id);
+  const Slot* slot = it == slots_.end() ? nullptr : &it->second;
+  if (slot && slot->has_entry && slot->fingerprint_matches &&
+      slot->entry_candidate_set == key.candidate_set()) {
+    // The HIT of StatusLocked, field by field in field-number order, as
+    // protobuf would serialize it.
+    wire::AppendBytesField(v1::KeyStatus::kKeyFieldNumber, key_wire, out);
+    wire::AppendVarintField(v1::KeyStatus::kStateFieldNumber, v1::KEY_STATE_HIT,
+                            out);
+    wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber,
+                           slot->entry_summary, out);
+    return;
+  }
+  StatusLocked(key, slot, now).AppendToString(out);
 }
 
 absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {

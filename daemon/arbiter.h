@@ -79,6 +79,13 @@ class Arbiter {
   // The key's state. `key` must be valid (ValidateKey).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Lookup(key) serialized, appended to `out`: the hot path of the Lookup
+  // and BatchLookup RPCs. `key_wire` is `key` serialized, as the asker sent
+  // it; the status echoes it. A HIT is written from the entry's stored
+  // serialized summary, building no messages.
+  void AppendLookup(const v1::Key& key, absl::string_view key_wire,
+                    std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
   // no claim id could be reserved.

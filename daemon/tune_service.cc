@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -11,6 +12,7 @@
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
+#include "proto/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -18,7 +20,7 @@ namespace {
 
 constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
-constexpr int kMaxBatchKeys = 100000;
+constexpr size_t kMaxBatchKeys = 100000;
 constexpr int kMaxImportEntries = 100000;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -26,6 +28,27 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(status));
   return reactor;
+}
+
+// The bytes of a request, joined into `slice` when gRPC holds them in
+// several slices.
+absl::string_view BufferBytes(const grpc::ByteBuffer& buffer,
+                              grpc::Slice* slice) {
+  if (!buffer.Valid() || buffer.Length() == 0 ||
+      !buffer.DumpToSingleSlice(slice).ok()) {
+    return {};
+  }
+  return absl::string_view(reinterpret_cast<const char*>(slice->begin()),
+                           slice->size());
+}
+
+// An arena whose first block is `block` (on the caller's stack): small
+// requests parse without touching the heap.
+google::protobuf::ArenaOptions ArenaOn(char* block, size_t size) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = block;
+  options.initial_block_size = size;
+  return options;
 }
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -164,31 +187,96 @@ grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
-    grpc::CallbackServerContext* ctx, const v1::LookupRequest* request,
-    v1::LookupResponse* response) {
-  if (auto s = ValidateKey(request->key(), "key"); !s.ok()) return Done(ctx, s);
-  *response->mutable_status() = arbiter_->Lookup(request->key());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::Slice request_slice;
+  const absl::string_view bytes = BufferBytes(*request, &request_slice);
+  // The key and its bytes. A repeated key field merges (protobuf rules):
+  // then the merged key is serialized again.
+  char arena_block[1024];
+  google::protobuf::Arena arena(ArenaOn(arena_block, sizeof(arena_block)));
+  auto* key = google::protobuf::Arena::CreateMessage<v1::Key>(&arena);
+  absl::string_view key_wire;
+  int keys = 0;
+  if (!wire::ForEachBytesField(bytes, v1::LookupRequest::kKeyFieldNumber,
+                               [&](absl::string_view b) {
+                                 key_wire = b;
+                                 ++keys;
+                               })) {
+    return Done(ctx, Invalid("request", "not a LookupRequest"));
+  }
+  std::string merged;
+  if (keys == 1) {
+    if (!key->ParseFromArray(key_wire.data(),
+                             static_cast<int>(key_wire.size()))) {
+      return Done(ctx, Invalid("key", "not a Key"));
+    }
+  } else if (keys > 1) {
+    auto* parsed =
+        google::protobuf::Arena::CreateMessage<v1::LookupRequest>(&arena);
+    if (!parsed->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      return Done(ctx, Invalid("request", "not a LookupRequest"));
+    *key = parsed->key();
+    merged = key->SerializeAsString();
+    key_wire = merged;
+  }
+  if (auto s = ValidateKey(*key, "key"); !s.ok()) return Done(ctx, s);
+  thread_local std::string status;
+  thread_local std::string answer;
+  status.clear();
+  answer.clear();
+  arbiter_->AppendLookup(*key, key_wire, &status);
+  wire::AppendBytesField(v1::LookupResponse::kStatusFieldNumber, status,
+                         &answer);
+  grpc::Slice slice(answer.data(), answer.size());  // a copy: small
+  *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
-    grpc::CallbackServerContext* ctx, const v1::BatchLookupRequest* request,
-    v1::BatchLookupResponse* response) {
-  if (request->keys_size() == 0 || request->keys_size() > kMaxBatchKeys) {
-    return Done(ctx, Invalid("keys", absl::StrCat("must hold 1..",
-                                                  kMaxBatchKeys, " keys, got ",
-                                                  request->keys_size())));
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::Slice request_slice;
+  const absl::string_view bytes = BufferBytes(*request, &request_slice);
+  std::vector<absl::string_view> key_wires;
+  if (!wire::ForEachBytesField(
+          bytes, v1::BatchLookupRequest::kKeysFieldNumber,
+          [&](absl::string_view b) { key_wires.push_back(b); })) {
+    return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
   }
-  for (int i = 0; i < request->keys_size(); ++i) {
-    if (auto s = ValidateKey(request->keys(i), absl::StrCat("keys[", i, "]"));
+  if (key_wires.empty() || key_wires.size() > kMaxBatchKeys) {
+    return Done(ctx,
+                Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
+                                             " keys, got ", key_wires.size())));
+  }
+  // Every key is checked before any is answered.
+  google::protobuf::Arena arena;
+  std::vector<v1::Key*> keys(key_wires.size());
+  for (size_t i = 0; i < key_wires.size(); ++i) {
+    keys[i] = google::protobuf::Arena::CreateMessage<v1::Key>(&arena);
+    if (!keys[i]->ParseFromArray(key_wires[i].data(),
+                                 static_cast<int>(key_wires[i].size()))) {
+      return Done(ctx, Invalid(absl::StrCat("keys[", i, "]"), "not a Key"));
+    }
+    if (auto s = ValidateKey(*keys[i], absl::StrCat("keys[", i, "]"));
         !s.ok()) {
       return Done(ctx, s);
     }
   }
-  response->mutable_statuses()->Reserve(request->keys_size());
-  for (const v1::Key& key : request->keys()) {
-    *response->add_statuses() = arbiter_->Lookup(key);
+  auto* answer = new std::string();
+  answer->reserve(key_wires.size() * 128);
+  std::string status;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    status.clear();
+    arbiter_->AppendLookup(*keys[i], key_wires[i], &status);
+    wire::AppendBytesField(v1::BatchLookupResponse::kStatusesFieldNumber,
+                           status, answer);
   }
+  // Handed to gRPC without a copy; it deletes the string when sent.
+  grpc::Slice slice(
+      answer->data(), answer->size(),
+      [](void* s) { delete static_cast<std::string*>(s); }, answer);
+  *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());
 }
 

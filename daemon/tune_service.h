@@ -36,7 +36,14 @@ struct DaemonInfo {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
-class TuneServiceImpl final : public v1::TuneService::CallbackService {
+// Lookup and BatchLookup are raw methods: they read the request's bytes and
+// write the answer's (see Arbiter::AppendLookup); the other methods work on
+// messages. On the wire all of them are the messages of tune.proto.
+using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
+    v1::TuneService::WithRawCallbackMethod_BatchLookup<
+        v1::TuneService::CallbackService>>;
+
+class TuneServiceImpl final : public TuneServiceBase {
  public:
   // Every pointer must outlive the service. `jobs` may be null (no
   // TuneDense).
@@ -44,12 +51,14 @@ class TuneServiceImpl final : public v1::TuneService::CallbackService {
                   storage::TuneStore* store, JobQueue* jobs,
                   SerialExecutor* store_executor, const Clock* clock);
 
+  // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
-  grpc::ServerUnaryReactor* BatchLookup(
-      grpc::CallbackServerContext* ctx, const v1::BatchLookupRequest* request,
-      v1::BatchLookupResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  // A BatchLookupRequest in, a BatchLookupResponse out.
+  grpc::ServerUnaryReactor* BatchLookup(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* ctx,
                                   const v1::ClaimRequest* request,
                                   v1::ClaimResponse* response) override;

@@ -43,14 +43,21 @@ absl::string_view KeyOp(const v1::Key& key) {
   return key.custom().op();
 }
 
-std::string KeyId(const v1::Key& key) {
+void AppendKeyId(const v1::Key& key, std::string* out) {
   if (key.has_dense_bf16()) {
     const v1::DenseBf16Key& d = key.dense_bf16();
-    return absl::StrCat(kDenseOp, "/", PhaseName(d.phase()), "/", d.role(),
-                        "/m=", d.tokens(), "/k=", d.input_features(),
-                        "/n=", d.output_features());
+    absl::StrAppend(out, kDenseOp, "/", PhaseName(d.phase()), "/", d.role(),
+                    "/m=", d.tokens(), "/k=", d.input_features(),
+                    "/n=", d.output_features());
+    return;
   }
-  return absl::StrCat(key.custom().op(), "/", key.custom().params());
+  absl::StrAppend(out, key.custom().op(), "/", key.custom().params());
+}
+
+std::string KeyId(const v1::Key& key) {
+  std::string id;
+  AppendKeyId(key, &id);
+  return id;
 }
 
 std::string KeyText(const v1::Key& key) {

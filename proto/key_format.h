@@ -26,6 +26,8 @@ inline constexpr absl::string_view kDenseOp = "dense_bf16";
 
 // Identity of a valid key (see ValidateKey): op and shape, no candidate set.
 std::string KeyId(const v1::Key& key);
+// KeyId(key) appended to `out`.
+void AppendKeyId(const v1::Key& key, std::string* out);
 
 // The op name of a key: "dense_bf16" or the custom op.
 absl::string_view KeyOp(const v1::Key& key);

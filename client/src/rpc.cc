@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 
 namespace gputune::client_internal {
 namespace {
@@ -36,7 +37,8 @@ bool IsTransportFailure(const grpc::Status& status) {
 Connection::Connection(std::shared_ptr<grpc::Channel> channel)
     : channel(std::move(channel)),
       tune(v1::TuneService::NewStub(this->channel)),
-      admin(v1::AdminService::NewStub(this->channel)) {}
+      admin(v1::AdminService::NewStub(this->channel)),
+      generic(std::make_unique<grpc::GenericStub>(this->channel)) {}
 
 Rpc::Rpc(std::string endpoint, std::shared_ptr<grpc::Channel> channel,
          ChannelFactory factory, const BreakerOptions& breaker)
@@ -63,6 +65,25 @@ absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
   }
   *connection = connection_;
   return absl::OkStatus();
+}
+
+absl::Status Rpc::CallRaw(const char* method, const grpc::ByteBuffer& request,
+                          grpc::ByteBuffer* response, absl::Duration deadline) {
+  std::shared_ptr<const Connection> connection;
+  if (absl::Status s = Admit(&connection); !s.ok()) return s;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, deadline);
+  // The generic stub only calls back; gRPC runs the callback by the
+  // deadline at the latest.
+  absl::Notification done;
+  grpc::Status status;
+  connection->generic->UnaryCall(&ctx, method, grpc::StubOptions(), &request,
+                                 response, [&](grpc::Status s) {
+                                   status = std::move(s);
+                                   done.Notify();
+                                 });
+  done.WaitForNotification();
+  return Conclude(status, deadline);
 }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,

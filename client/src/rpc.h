@@ -26,6 +26,8 @@
 #include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace gputune::client_internal {
 
@@ -36,6 +38,8 @@ struct Connection {
   const std::shared_ptr<grpc::Channel> channel;
   const std::unique_ptr<v1::TuneService::Stub> tune;
   const std::unique_ptr<v1::AdminService::Stub> admin;
+  // For methods called with serialized messages (BatchLookup).
+  const std::unique_ptr<grpc::GenericStub> generic;
 
   template <typename Stub>
   Stub* StubFor() const;
@@ -77,6 +81,11 @@ class Rpc {
         (connection->StubFor<Stub>()->*method)(&ctx, request, response);
     return Conclude(status, deadline);
   }
+
+  // Call with the request and response as serialized messages: `method` is
+  // the full name, e.g. "/gputune.v1.TuneService/BatchLookup".
+  absl::Status CallRaw(const char* method, const grpc::ByteBuffer& request,
+                       grpc::ByteBuffer* response, absl::Duration deadline);
 
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>

@@ -5,10 +5,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
+#include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/proto_time.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
@@ -62,6 +65,29 @@ v1::KeyStatus Lookup(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::LookupResponse resp;
   REQUIRE(stub.Lookup(Ctx().get(), req, &resp).ok());
   return resp.status();
+}
+
+// A call with the request as raw bytes (what any client could send).
+grpc::Status CallRaw(const DaemonProcess& d, const std::string& method,
+                     const std::string& request, std::string* response) {
+  grpc::GenericStub stub(d.Channel());
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  auto ctx = Ctx();
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(ctx.get(), "/gputune.v1.TuneService/" + method,
+                 grpc::StubOptions(), &in, &out,
+                 [&](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status status = done.get_future().get();
+  grpc::Slice answer;
+  if (status.ok() && out.Valid() && out.Length() > 0) {
+    REQUIRE(out.DumpToSingleSlice(&answer).ok());
+    response->assign(reinterpret_cast<const char*>(answer.begin()),
+                     answer.size());
+  } else {
+    response->clear();
+  }
+  return status;
 }
 
 v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
@@ -370,6 +396,69 @@ TEST_CASE("bad input gets INVALID_ARGUMENT naming the field, nothing changes") {
   CHECK(after.entries() == 0);
   CHECK(after.claims_size() == 1);  // only the one claimed above
   CHECK(Lookup(*stub, DenseKey(1)).state() == v1::KEY_STATE_PENDING);
+}
+
+TEST_CASE("Lookup and BatchLookup answer from bytes exactly as the messages") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  v1::RecordResponse recorded;
+  REQUIRE(Record(*stub, Claim(*stub, DenseKey(1), "p").claim().claim_id(), "k1",
+                 &recorded)
+              .ok());
+  Claim(*stub, DenseKey(2), "tuner");  // PENDING
+  const std::vector<v1::Key> keys = {
+      DenseKey(1), DenseKey(2), DenseKey(3),
+      DenseKey(1, 256, 256, "another-set")};  // HIT, PENDING, MISS, STALE
+  v1::BatchLookupRequest batch;
+  for (const v1::Key& k : keys) *batch.add_keys() = k;
+  v1::BatchLookupResponse answer;
+  REQUIRE(stub->BatchLookup(Ctx().get(), batch, &answer).ok());
+  REQUIRE(answer.statuses_size() == 4);
+  const v1::KeyState states[] = {v1::KEY_STATE_HIT, v1::KEY_STATE_PENDING,
+                                 v1::KEY_STATE_MISS, v1::KEY_STATE_STALE};
+  for (int i = 0; i < 4; ++i) {
+    INFO("key " << i);
+    const v1::KeyStatus one = Lookup(*stub, keys[i]);
+    CHECK(one.state() == states[i]);
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(
+        one, answer.statuses(i)));
+    CHECK(
+        google::protobuf::util::MessageDifferencer::Equals(one.key(), keys[i]));
+  }
+  CHECK(answer.statuses(0).entry().execution().kernel() == "k1");
+
+  // A key sent twice in one LookupRequest merges, as protobuf says.
+  v1::Key role_only;
+  role_only.mutable_dense_bf16()->set_role("other.role");
+  std::string twice;
+  {
+    v1::LookupRequest first, second;
+    *first.mutable_key() = DenseKey(1);
+    *second.mutable_key() = role_only;
+    twice = first.SerializeAsString() + second.SerializeAsString();
+  }
+  std::string raw;
+  REQUIRE(CallRaw(d, "Lookup", twice, &raw).ok());
+  v1::LookupResponse merged;
+  REQUIRE(merged.ParseFromString(raw));
+  v1::Key expected = DenseKey(1);
+  expected.mutable_dense_bf16()->set_role("other.role");
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(
+      merged.status().key(), expected));
+  CHECK(merged.status().state() == v1::KEY_STATE_MISS);
+
+  // Bytes that are not the request, and a bad key among good ones.
+  grpc::Status s = CallRaw(d, "Lookup", std::string("\xff\xff\xff", 3), &raw);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().rfind("request", 0) == 0);
+  s = CallRaw(d, "BatchLookup", std::string("\x0a\x05", 2) + "ab", &raw);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().rfind("request", 0) == 0);
+  v1::BatchLookupRequest bad = batch;
+  bad.mutable_keys(1)->mutable_dense_bf16()->set_tokens(0);
+  s = stub->BatchLookup(Ctx().get(), bad, &answer);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().rfind("keys[1]", 0) == 0);
 }
 
 TEST_CASE("without a backend the cache is served and TuneDense says why") {

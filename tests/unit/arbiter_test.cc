@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "google/protobuf/util/message_differencer.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
@@ -345,6 +346,38 @@ TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
         std::vector<v1::KeyState>{v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
                                   v1::KEY_STATE_BACKOFF, v1::KEY_STATE_MISS});
   CHECK(a->GetStats().backoff_keys == 0);
+}
+
+TEST_CASE("AppendLookup writes exactly what Lookup returns, in every state") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  f.options.backoff_abandons = 1;
+  auto a = f.Make();
+  // HIT, STALE (candidate set; fingerprint), PENDING, BACKOFF and MISS.
+  REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1), "p"), Fp("gpu")).ok());
+  a->Install({EntryFor(DenseKey(2), Fp("other-gpu"))});
+  Grant(*a, DenseKey(3), "tuner");
+  REQUIRE(a->Abandon(Grant(*a, DenseKey(4), "p")).ok());
+  const std::vector<std::pair<v1::Key, v1::KeyState>> cases = {
+      {DenseKey(1), v1::KEY_STATE_HIT},
+      {DenseKey(1, 256, 256, "another-set"), v1::KEY_STATE_STALE},
+      {DenseKey(2), v1::KEY_STATE_STALE},
+      {DenseKey(3), v1::KEY_STATE_PENDING},
+      {DenseKey(4), v1::KEY_STATE_BACKOFF},
+      {DenseKey(5), v1::KEY_STATE_MISS},
+  };
+  for (const auto& [key, state] : cases) {
+    INFO(KeyText(key));
+    const v1::KeyStatus expected = a->Lookup(key);
+    CHECK(expected.state() == state);
+    std::string bytes = "prefix";  // appended, not overwritten
+    a->AppendLookup(key, key.SerializeAsString(), &bytes);
+    REQUIRE(bytes.rfind("prefix", 0) == 0);
+    v1::KeyStatus written;
+    REQUIRE(written.ParseFromString(bytes.substr(6)));
+    CHECK(
+        google::protobuf::util::MessageDifferencer::Equals(written, expected));
+  }
 }
 
 }  // namespace gputune
