@@ -119,8 +119,9 @@ TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
   }
   SECTION("wait=true follows the client's claim to its entry") {
     v1::TuneDenseResponse resp;
-    std::thread waiter(
-        [&] { REQUIRE(Tune(*d.Stub(), key, true, &resp).ok()); });
+    grpc::Status tuned;
+    // No Catch2 macros in the thread: they are not thread-safe.
+    std::thread waiter([&] { tuned = Tune(*d.Stub(), key, true, &resp); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     v1::RecordRequest rec;
     rec.set_claim_id(granted.claim().claim_id());
@@ -128,6 +129,7 @@ TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
     v1::RecordResponse recorded;
     REQUIRE(stub->Record(Ctx().get(), rec, &recorded).ok());
     waiter.join();
+    REQUIRE(tuned.ok());
     CHECK(resp.status().state() == v1::KEY_STATE_HIT);
     CHECK(resp.status().entry().execution().kernel() == "client.kernel");
   }
