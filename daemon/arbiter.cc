@@ -127,6 +127,25 @@ v1::KeyStatus Arbiter::Lookup(const v1::Key& key) const {
   return StatusLocked(key, it == slots_.end() ? nullptr : &it->second, now);
 }
 
+const std::string* Arbiter::HitSummaryLocked(const v1::Key& key,
+                                             const Slot* slot) {
+  if (slot && slot->has_entry && slot->fingerprint_matches &&
+      slot->entry_candidate_set == key.candidate_set()) {
+    return &slot->entry_summary;
+  }
+  return nullptr;
+}
+
+void Arbiter::AppendHit(absl::string_view key_wire, const std::string& summary,
+                        std::string* out) {
+  // The HIT of StatusLocked, field by field in field-number order, as
+  // protobuf would serialize it.
+  wire::AppendBytesField(v1::KeyStatus::kKeyFieldNumber, key_wire, out);
+  wire::AppendVarintField(v1::KeyStatus::kStateFieldNumber, v1::KEY_STATE_HIT,
+                          out);
+  wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber, summary, out);
+}
+
 void Arbiter::AppendLookup(const v1::Key& key, absl::string_view key_wire,
                            std::string* out) const {
   thread_local std::string key_id;
@@ -136,18 +155,44 @@ void Arbiter::AppendLookup(const v1::Key& key, absl::string_view key_wire,
   absl::ReaderMutexLock lock(&mu_);
   auto it = slots_.find(key_id);
   const Slot* slot = it == slots_.end() ? nullptr : &it->second;
-  if (slot && slot->has_entry && slot->fingerprint_matches &&
-      slot->entry_candidate_set == key.candidate_set()) {
-    // The HIT of StatusLocked, field by field in field-number order, as
-    // protobuf would serialize it.
-    wire::AppendBytesField(v1::KeyStatus::kKeyFieldNumber, key_wire, out);
-    wire::AppendVarintField(v1::KeyStatus::kStateFieldNumber, v1::KEY_STATE_HIT,
-                            out);
-    wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber,
-                           slot->entry_summary, out);
+  if (const std::string* summary = HitSummaryLocked(key, slot)) {
+    AppendHit(key_wire, *summary, out);
     return;
   }
   StatusLocked(key, slot, now).AppendToString(out);
+}
+
+void Arbiter::AppendLookups(absl::Span<const v1::Key* const> keys,
+                            absl::Span<const absl::string_view> key_wires,
+                            uint32_t field, std::string* out) const {
+  constexpr size_t kChunk = 256;  // keys per lock: writers wait little
+  std::string key_id;
+  std::string other;
+  for (size_t start = 0; start < keys.size(); start += kChunk) {
+    const size_t end = std::min(keys.size(), start + kChunk);
+    const absl::Time now = clock_->Now();
+    absl::ReaderMutexLock lock(&mu_);
+    for (size_t i = start; i < end; ++i) {
+      key_id.clear();
+      AppendKeyId(*keys[i], &key_id);
+      auto it = slots_.find(key_id);
+      const Slot* slot = it == slots_.end() ? nullptr : &it->second;
+      if (const std::string* summary = HitSummaryLocked(*keys[i], slot)) {
+        const size_t size =
+            wire::BytesFieldSize(v1::KeyStatus::kKeyFieldNumber,
+                                 key_wires[i].size()) +
+            2 +  // the state: a one-byte tag and a one-byte value
+            wire::BytesFieldSize(v1::KeyStatus::kEntryFieldNumber,
+                                 summary->size());
+        wire::AppendBytesFieldHeader(field, size, out);
+        AppendHit(key_wires[i], *summary, out);
+        continue;
+      }
+      other.clear();
+      StatusLocked(*keys[i], slot, now).AppendToString(&other);
+      wire::AppendBytesField(field, other, out);
+    }
+  }
 }
 
 absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {

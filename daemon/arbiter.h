@@ -40,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/clock.h"
 #include "gputune/v1/tune.pb.h"
 
@@ -85,6 +86,13 @@ class Arbiter {
   // serialized summary, building no messages.
   void AppendLookup(const v1::Key& key, absl::string_view key_wire,
                     std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
+  // AppendLookup for keys[i] / key_wires[i], each status written as field
+  // `field` of the enclosing message (BatchLookupResponse.statuses). Takes
+  // the lock once per few hundred keys.
+  void AppendLookups(absl::Span<const v1::Key* const> keys,
+                     absl::Span<const absl::string_view> key_wires,
+                     uint32_t field, std::string* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
@@ -189,6 +197,12 @@ class Arbiter {
   };
 
   bool LeaseLive(const Lease& lease, absl::Time now) const;
+  // The stored summary when `slot` answers `key` with a HIT, else null.
+  static const std::string* HitSummaryLocked(const v1::Key& key,
+                                             const Slot* slot);
+  // A HIT KeyStatus, serialized from the key's and the summary's bytes.
+  static void AppendHit(absl::string_view key_wire, const std::string& summary,
+                        std::string* out);
   static std::string StaleReasonFor(bool fingerprint_matches,
                                     absl::string_view entry_candidate_set,
                                     absl::string_view candidate_set);

@@ -24,6 +24,17 @@ namespace gputune::wire {
 bool ForEachBytesField(absl::string_view message, uint32_t field,
                        absl::FunctionRef<void(absl::string_view)> fn);
 
+// Sets *value to the last occurrence of varint field `field` (an int or
+// enum) in `message`, leaving it unchanged when there is none. False when
+// `message` is not well-formed protobuf or field `field` is not a varint.
+bool LastVarintField(absl::string_view message, uint32_t field,
+                     uint64_t* value);
+
+// The tag and length of a length-delimited field `field` of `length` bytes,
+// to be followed by those bytes; and how many bytes the whole field takes.
+void AppendBytesFieldHeader(uint32_t field, size_t length, std::string* out);
+size_t BytesFieldSize(uint32_t field, size_t length);
+
 // Appends field `field` holding `bytes` (a string, bytes or message field).
 void AppendBytesField(uint32_t field, absl::string_view bytes,
                       std::string* out);

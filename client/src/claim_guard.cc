@@ -70,8 +70,7 @@ absl::StatusOr<v1::Entry> ClaimGuard::Record(v1::RecordRequest request) {
   *hit.mutable_entry() = response.entry();
   hit.mutable_entry()->clear_measurements();
   hit.mutable_entry()->clear_fingerprint();
-  client.Remember(state_->key,
-                  std::make_shared<const v1::KeyStatus>(std::move(hit)));
+  client.Remember(state_->key, std::move(hit));
   return std::move(*response.mutable_entry());
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/src/client_impl.h"
+#include "client/src/status_cell.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/proto_time.h"
@@ -62,6 +63,22 @@ client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
 
 }  // namespace
 
+LookupResult::LookupResult(
+    std::shared_ptr<const client_internal::StatusCell> cell, bool from_memo)
+    : cell_(std::move(cell)), from_memo_(from_memo) {}
+
+v1::KeyState LookupResult::state() const {
+  return cell_ ? cell_->state() : v1::KEY_STATE_UNSPECIFIED;
+}
+
+const v1::Entry& LookupResult::entry() const {
+  return cell_ ? cell_->status().entry() : v1::Entry::default_instance();
+}
+
+const v1::KeyStatus& LookupResult::status() const {
+  return cell_ ? cell_->status() : v1::KeyStatus::default_instance();
+}
+
 Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
                    std::shared_ptr<grpc::Channel> channel,
                    client_internal::Rpc::ChannelFactory factory)
@@ -84,18 +101,23 @@ Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
           },
           options.deadline) {}
 
+LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
+  return Remember(key, std::make_shared<const client_internal::StatusCell>(
+                           std::move(status)));
+}
+
 LookupResult Client::Impl::Remember(
-    const v1::Key& key, std::shared_ptr<const v1::KeyStatus> status) {
-  memo.Put(key, status);
-  return LookupResult(std::move(status), /*from_memo=*/false);
+    const v1::Key& key,
+    std::shared_ptr<const client_internal::StatusCell> cell) {
+  memo.Put(key, cell);
+  return LookupResult(std::move(cell), /*from_memo=*/false);
 }
 
 absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
                                             std::vector<LookupResult>* out) {
-  // Serialized by hand and parsed into one arena: a batch of 10,000 keys
-  // would otherwise cost a copy of every key and some fifteen heap objects
-  // per answer. Each memoised status shares the arena (aliasing shared_ptr),
-  // which is freed with the last of them.
+  // Serialized by hand, and the answer split into StatusCells that parse on
+  // first use: a batch of 10,000 keys would otherwise copy every key into a
+  // request and parse some fifteen messages per answer before returning.
   std::string request;
   request.reserve(count * 48);
   std::string key_bytes;
@@ -114,42 +136,27 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
       !s.ok()) {
     return s;
   }
-  grpc::Slice response_slice;
-  if (!response_buffer.DumpToSingleSlice(&response_slice).ok()) {
-    return absl::InternalError("gputuned's BatchLookup answer is unreadable");
+  std::vector<grpc::Slice> slices;
+  std::string answer;
+  if (response_buffer.Valid()) {
+    if (!response_buffer.Dump(&slices).ok()) {
+      return absl::InternalError("gputuned's BatchLookup answer is unreadable");
+    }
+    answer.reserve(response_buffer.Length());
+    for (const grpc::Slice& slice : slices) {
+      answer.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
   }
-  const absl::string_view answer(
-      reinterpret_cast<const char*>(response_slice.begin()),
-      response_slice.size());
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = std::min<size_t>(answer.size() * 2, 1 << 20);
-  arena_options.max_block_size = 1 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
-  std::vector<const v1::KeyStatus*> statuses;
-  statuses.reserve(count);
-  bool parsed = true;
-  if (!wire::ForEachBytesField(
-          answer, v1::BatchLookupResponse::kStatusesFieldNumber,
-          [&](absl::string_view bytes) {
-            auto* status =
-                google::protobuf::Arena::CreateMessage<v1::KeyStatus>(
-                    arena.get());
-            parsed =
-                parsed && status->ParseFromArray(
-                              bytes.data(), static_cast<int>(bytes.size()));
-            statuses.push_back(status);
-          }) ||
-      !parsed) {
-    return absl::InternalError("gputuned's BatchLookup answer is unreadable");
-  }
-  if (statuses.size() != count) {
-    return absl::InternalError(absl::StrCat("gputuned answered ",
-                                            statuses.size(), " statuses for ",
-                                            count, " keys"));
+  absl::StatusOr<
+      std::vector<std::shared_ptr<const client_internal::StatusCell>>>
+      cells = client_internal::CellsFromBatchAnswer(std::move(answer));
+  if (!cells.ok()) return cells.status();
+  if (cells->size() != count) {
+    return absl::InternalError(absl::StrCat("gputuned answered ", cells->size(),
+                                            " statuses for ", count, " keys"));
   }
   for (size_t i = 0; i < count; ++i) {
-    out->push_back(Remember(
-        keys[i], std::shared_ptr<const v1::KeyStatus>(arena, statuses[i])));
+    out->push_back(Remember(keys[i], std::move((*cells)[i])));
   }
   return absl::OkStatus();
 }
@@ -219,8 +226,7 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
       !s.ok()) {
     return s;
   }
-  return impl_->Remember(key, std::make_shared<const v1::KeyStatus>(
-                                  std::move(*response.mutable_status())));
+  return impl_->Remember(key, std::move(*response.mutable_status()));
 }
 
 LookupResult Client::TryLookup(const v1::Key& key) {
@@ -285,7 +291,7 @@ absl::StatusOr<ClaimGuard> Client::Claim(const v1::Key& key) {
     *hit.mutable_key() = key;
     hit.set_state(v1::KEY_STATE_HIT);
     *hit.mutable_entry() = response.entry();
-    impl_->Remember(key, std::make_shared<const v1::KeyStatus>(std::move(hit)));
+    impl_->Remember(key, std::move(hit));
   }
   if (response.outcome() != v1::CLAIM_OUTCOME_GRANTED) {
     return ClaimGuard(std::move(response), nullptr);
@@ -330,8 +336,8 @@ absl::StatusOr<v1::KeyStatus> Client::TuneDense(const v1::Key& key, bool wait) {
     }
   }
   if (response.status().state() == v1::KEY_STATE_HIT) {
-    impl_->memo.Put(key,
-                    std::make_shared<const v1::KeyStatus>(response.status()));
+    impl_->memo.Put(key, std::make_shared<const client_internal::StatusCell>(
+                             response.status()));
   }
   return std::move(*response.mutable_status());
 }

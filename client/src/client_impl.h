@@ -37,8 +37,10 @@ class Client::Impl {
        client_internal::Rpc::ChannelFactory factory);
 
   // Memoises a HIT and wraps the status for the caller.
-  LookupResult Remember(const v1::Key& key,
-                        std::shared_ptr<const v1::KeyStatus> status);
+  LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
+  LookupResult Remember(
+      const v1::Key& key,
+      std::shared_ptr<const client_internal::StatusCell> status);
   // BatchLookup without splitting (at most kMaxBatchKeys keys).
   absl::Status BatchLookupChunk(const v1::Key* keys, size_t count,
                                 std::vector<LookupResult>* out);

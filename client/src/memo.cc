@@ -40,8 +40,8 @@ Memo::Shard& Memo::ShardFor(const KeyView& v) {
   return const_cast<Shard&>(static_cast<const Memo*>(this)->ShardFor(v));
 }
 
-std::shared_ptr<const v1::KeyStatus> Memo::Find(const v1::Key& key,
-                                                bool* due) const {
+std::shared_ptr<const StatusCell> Memo::Find(const v1::Key& key,
+                                             bool* due) const {
   *due = false;
   if (shard_capacity_ == 0) return nullptr;
   const KeyView view = KeyView::Of(key);
@@ -55,8 +55,7 @@ std::shared_ptr<const v1::KeyStatus> Memo::Find(const v1::Key& key,
   return it->second.status;
 }
 
-void Memo::Put(const v1::Key& key,
-               std::shared_ptr<const v1::KeyStatus> status) {
+void Memo::Put(const v1::Key& key, std::shared_ptr<const StatusCell> status) {
   if (shard_capacity_ == 0 || status == nullptr ||
       status->state() != v1::KEY_STATE_HIT) {
     return;

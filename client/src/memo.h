@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "client/src/memo_key.h"
+#include "client/src/status_cell.h"
 #include "gputune/v1/tune.pb.h"
 
 namespace gputune::client_internal {
@@ -35,10 +36,9 @@ class Memo {
 
   // The memoised status of `key`, or null. `*due` is set when the entry is
   // older than ttl (the caller should re-check it in the background).
-  std::shared_ptr<const v1::KeyStatus> Find(const v1::Key& key,
-                                            bool* due) const;
+  std::shared_ptr<const StatusCell> Find(const v1::Key& key, bool* due) const;
   // Memoises a HIT (anything else is ignored), replacing what was there.
-  void Put(const v1::Key& key, std::shared_ptr<const v1::KeyStatus> status);
+  void Put(const v1::Key& key, std::shared_ptr<const StatusCell> status);
   void Erase(const v1::Key& key);
   void Clear();
   size_t size() const;
@@ -47,7 +47,7 @@ class Memo {
  private:
   static constexpr size_t kShards = 16;
   struct Slot {
-    std::shared_ptr<const v1::KeyStatus> status;
+    std::shared_ptr<const StatusCell> status;
     int64_t due_at_ns;  // CoarseNowNs() after which the entry is re-checked
   };
   struct Shard {

@@ -59,7 +59,7 @@ class WatchStreamImpl final
     const v1::KeyStatus& status = response_.status();
     if (status.state() == v1::KEY_STATE_HIT) {
       client_->memo.Put(request_.key(),
-                        std::make_shared<const v1::KeyStatus>(status));
+                        std::make_shared<const StatusCell>(status));
     }
     {
       absl::MutexLock lock(&mu_);

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <thread>
 
+#include "proto/key_format.h"
 #include "tests/client/client_test_support.h"
 #include "tests/support/catch.h"
 
@@ -114,7 +115,12 @@ TEST_CASE("Preload fills the memo with one RPC") {
   REQUIRE(*hits == 10);
   REQUIRE(counter.total() == 1);
   for (int i = 0; i < 20; i += 2) {
-    REQUIRE(client->Lookup(keys[i])->from_memo());
+    absl::StatusOr<LookupResult> r = client->Lookup(keys[i]);
+    REQUIRE(r->from_memo());
+    // Each memoised status is parsed from the batch answer on first read.
+    REQUIRE(KeyText(r->entry().key()) == KeyText(keys[i]));
+    REQUIRE(KeyText(r->status().key()) == KeyText(keys[i]));
+    REQUIRE(!r->entry().execution().kernel().empty());
   }
   REQUIRE(counter.total() == 1);
 }

@@ -10,12 +10,12 @@ namespace {
 
 using gputune::testing::DenseKey;
 
-std::shared_ptr<const v1::KeyStatus> Status(v1::KeyState state,
-                                            const std::string& kernel) {
-  auto s = std::make_shared<v1::KeyStatus>();
-  s->set_state(state);
-  s->mutable_entry()->mutable_execution()->set_kernel(kernel);
-  return s;
+std::shared_ptr<const StatusCell> Status(v1::KeyState state,
+                                         const std::string& kernel) {
+  v1::KeyStatus s;
+  s.set_state(state);
+  s.mutable_entry()->mutable_execution()->set_kernel(kernel);
+  return std::make_shared<const StatusCell>(std::move(s));
 }
 
 TEST_CASE("the memo keeps HITs and finds them by every key field") {
@@ -24,7 +24,7 @@ TEST_CASE("the memo keeps HITs and finds them by every key field") {
   bool due = true;
   auto found = memo.Find(DenseKey(1, 256, 512), &due);
   REQUIRE(found != nullptr);
-  REQUIRE(found->entry().execution().kernel() == "a");
+  REQUIRE(found->status().entry().execution().kernel() == "a");
   REQUIRE_FALSE(due);
   // Any differing field is another key: shape, role, phase, candidate set.
   REQUIRE(memo.Find(DenseKey(2, 256, 512), &due) == nullptr);

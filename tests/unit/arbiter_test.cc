@@ -324,10 +324,6 @@ TEST_CASE("concurrent claimers of one key: exactly one is GRANTED") {
   CHECK(pending == 7);
 }
 
-}  // namespace gputune
-
-namespace gputune {
-
 TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
   Fixture f;
   f.options.backoff_abandons = 1;
@@ -377,6 +373,28 @@ TEST_CASE("AppendLookup writes exactly what Lookup returns, in every state") {
     REQUIRE(written.ParseFromString(bytes.substr(6)));
     CHECK(
         google::protobuf::util::MessageDifferencer::Equals(written, expected));
+  }
+  // All at once, as BatchLookup answers (more keys than one lock's chunk).
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
+  std::vector<std::string> wires;
+  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
+  std::vector<const v1::Key*> key_ptrs;
+  std::vector<absl::string_view> wire_views;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    key_ptrs.push_back(&keys[i]);
+    wire_views.push_back(wires[i]);
+  }
+  std::string bytes;
+  a->AppendLookups(key_ptrs, wire_views,
+                   v1::BatchLookupResponse::kStatusesFieldNumber, &bytes);
+  v1::BatchLookupResponse answer;
+  REQUIRE(answer.ParseFromString(bytes));
+  REQUIRE(answer.statuses_size() == 300);
+  for (int i = 0; i < 300; ++i) {
+    INFO(i);
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(
+        answer.statuses(i), a->Lookup(keys[i])));
   }
 }
 

@@ -90,6 +90,16 @@ TEST_CASE("AppendBytesField and AppendVarintField write what protobuf does") {
   wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber,
                          entry.SerializeAsString(), &written);
   CHECK(written == status.SerializeAsString());
+  // The header and the size agree with a whole field (1- and 2-byte
+  // lengths).
+  for (size_t length : {5u, 300u}) {
+    std::string field;
+    wire::AppendBytesField(3, std::string(length, 'x'), &field);
+    CHECK(wire::BytesFieldSize(3, length) == field.size());
+    std::string header;
+    wire::AppendBytesFieldHeader(3, length, &header);
+    CHECK(field == header + std::string(length, 'x'));
+  }
   std::string big;
   wire::AppendVarintField(20, 1ull << 40, &big);
   v1::GetStatusResponse probe;  // any message: field 20 is unknown there

@@ -36,34 +36,35 @@
 
 namespace gputune {
 
-// A key's state as the daemon (or the memo) reported it.
+namespace client_internal {
+class StatusCell;
+}
+
+// A key's state as the daemon (or the memo) reported it. Cheap to copy (it
+// shares the status). A status that came from a BatchLookup or Preload is
+// parsed the first time entry() or status() reads it (about a microsecond,
+// once per key); state() and hit() never parse.
 class LookupResult {
  public:
   LookupResult() = default;
-  LookupResult(std::shared_ptr<const v1::KeyStatus> status, bool from_memo)
-      : status_(std::move(status)), from_memo_(from_memo) {}
+  LookupResult(std::shared_ptr<const client_internal::StatusCell> cell,
+               bool from_memo);
 
   // HIT, MISS, PENDING, STALE or BACKOFF; UNSPECIFIED for an empty result
   // (TryLookup found nothing in the memo).
-  v1::KeyState state() const {
-    return status_ ? status_->state() : v1::KEY_STATE_UNSPECIFIED;
-  }
+  v1::KeyState state() const;
   bool hit() const { return state() == v1::KEY_STATE_HIT; }
   // Whether the answer came from the in-process memo (no I/O).
   bool from_memo() const { return from_memo_; }
   // The entry (set for HIT and STALE, without measurements and fingerprint;
   // GetEntry has both). An empty Entry otherwise.
-  const v1::Entry& entry() const {
-    return status_ ? status_->entry() : v1::Entry::default_instance();
-  }
+  const v1::Entry& entry() const;
   // The whole status: claim for PENDING, retry_after for BACKOFF,
   // stale_reason for STALE.
-  const v1::KeyStatus& status() const {
-    return status_ ? *status_ : v1::KeyStatus::default_instance();
-  }
+  const v1::KeyStatus& status() const;
 
  private:
-  std::shared_ptr<const v1::KeyStatus> status_;
+  std::shared_ptr<const client_internal::StatusCell> cell_;
   bool from_memo_ = false;
 };
 

@@ -1,0 +1,86 @@
+// StatusCell: a BatchLookup answer split into statuses parsed on first use.
+#include "client/src/status_cell.h"
+
+#include <thread>
+#include <vector>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune::client_internal {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using gputune::testing::DenseKey;
+
+v1::BatchLookupResponse Answer() {
+  v1::BatchLookupResponse answer;
+  const v1::KeyState states[] = {v1::KEY_STATE_HIT, v1::KEY_STATE_MISS,
+                                 v1::KEY_STATE_STALE, v1::KEY_STATE_PENDING};
+  int i = 0;
+  for (v1::KeyState state : states) {
+    v1::KeyStatus* s = answer.add_statuses();
+    *s->mutable_key() = DenseKey(++i);
+    s->set_state(state);
+    if (state == v1::KEY_STATE_HIT || state == v1::KEY_STATE_STALE) {
+      s->mutable_entry()->mutable_execution()->set_kernel("k" +
+                                                          std::to_string(i));
+      (*s->mutable_entry()->mutable_execution()->mutable_params())["tile"] = i;
+    }
+    if (state == v1::KEY_STATE_STALE) s->set_stale_reason("other set");
+    if (state == v1::KEY_STATE_PENDING) s->mutable_claim()->set_claim_id(9);
+  }
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("cells of a batch answer have each state and parse to the status") {
+  const v1::BatchLookupResponse answer = Answer();
+  auto cells = CellsFromBatchAnswer(answer.SerializeAsString());
+  REQUIRE(cells.ok());
+  REQUIRE(cells->size() == 4);
+  std::shared_ptr<const StatusCell> kept = (*cells)[2];
+  for (size_t i = 0; i < cells->size(); ++i) {
+    CHECK((*cells)[i]->state() == answer.statuses(i).state());
+  }
+  cells->clear();  // the kept cell holds the answer's bytes alive
+  CHECK(MessageDifferencer::Equals(kept->status(), answer.statuses(2)));
+  CHECK(&kept->status() == &kept->status());  // parsed once
+}
+
+TEST_CASE("threads reading one cell at once all see the one parsed status") {
+  const v1::BatchLookupResponse answer = Answer();
+  auto cells = CellsFromBatchAnswer(answer.SerializeAsString());
+  REQUIRE(cells.ok());
+  const std::shared_ptr<const StatusCell> cell = (*cells)[0];
+  std::vector<const v1::KeyStatus*> seen(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] { seen[t] = &cell->status(); });
+  }
+  for (auto& t : threads) t.join();
+  for (const v1::KeyStatus* s : seen) CHECK(s == seen[0]);
+  CHECK(MessageDifferencer::Equals(*seen[0], answer.statuses(0)));
+}
+
+TEST_CASE("an answer that is not a BatchLookupResponse is an error") {
+  CHECK_FALSE(CellsFromBatchAnswer(std::string("\xff\xff\xff", 3)).ok());
+  // A status whose state is not a varint.
+  std::string bad_state = "\x0a\x03\x12\x01x";
+  CHECK_FALSE(CellsFromBatchAnswer(bad_state).ok());
+  // No statuses at all: no cells.
+  auto none = CellsFromBatchAnswer("");
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+}
+
+TEST_CASE("a cell made from a parsed status needs no bytes") {
+  v1::KeyStatus status = Answer().statuses(0);
+  const StatusCell cell(status);
+  CHECK(cell.state() == v1::KEY_STATE_HIT);
+  CHECK(MessageDifferencer::Equals(cell.status(), status));
+}
+
+}  // namespace gputune::client_internal
