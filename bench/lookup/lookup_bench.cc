@@ -478,6 +478,47 @@ int Orchestrate(const Flags& flags) {
   const double batch_median_ms = Median(batch_ms);
   const double batch_read_median_ms = Median(batch_read_ms);
 
+  // The floor for any answer of that size: the echo server moving as many
+  // bytes each way through the same kind of channel.
+  size_t batch_request_bytes = 0, batch_answer_bytes = 0;
+  {
+    v1::BatchLookupRequest request;
+    for (const v1::Key& k : batch_keys) *request.add_keys() = k;
+    batch_request_bytes = request.ByteSizeLong();
+    auto stub = v1::TuneService::NewStub(grpc::CreateCustomChannel(
+        b.daemon_endpoint, grpc::InsecureChannelCredentials(),
+        ChannelArgumentsFor(options)));
+    grpc::ClientContext ctx;
+    v1::BatchLookupResponse response;
+    if (!stub->BatchLookup(&ctx, request, &response).ok()) {
+      return fail("BatchLookup through the generated stub failed");
+    }
+    batch_answer_bytes = response.ByteSizeLong();
+  }
+  std::vector<double> batch_echo_ms;
+  {
+    auto stub = Echo::NewStub(grpc::CreateCustomChannel(
+        b.echo_endpoint, grpc::InsecureChannelCredentials(),
+        ChannelArgumentsFor(options)));
+    EchoRequest request;
+    request.set_payload(std::string(batch_request_bytes, 'k'));
+    request.set_reply_size(static_cast<uint32_t>(batch_answer_bytes));
+    for (int i = 0; i < 8; ++i) {
+      grpc::ClientContext ctx;
+      EchoReply reply;
+      const auto start = Clock::now();
+      if (!stub->Echo(&ctx, request, &reply).ok()) {
+        return fail("echo of a BatchLookup's bytes failed");
+      }
+      if (i > 0) {  // the first call connects
+        batch_echo_ms.push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - start)
+                .count());
+      }
+    }
+  }
+  const double batch_echo_median_ms = Median(batch_echo_ms);
+
   // Client processes.
   const std::vector<Mode> modes = {Mode::kEcho, Mode::kLookup, Mode::kSqlite};
   std::map<std::pair<int, int>, std::vector<Run>> runs;  // (procs, mode)
@@ -598,15 +639,20 @@ int Orchestrate(const Flags& flags) {
           ? absl::StrFormat(
                 "BatchLookup of %zu keys %.2f ms = %.1fx one Lookup "
                 "p50 (target <= 20): %s; with every entry read %.2f ms = "
+                "%.1fx; echo of its bytes (%zu B in, %zu B out) %.2f ms = "
                 "%.1fx",
                 batch_keys.size(), batch_median_ms, batch_ratio,
                 batch_ratio <= 20 ? "met" : "MISSED", batch_read_median_ms,
-                batch_read_ratio)
+                batch_read_ratio, batch_request_bytes, batch_answer_bytes,
+                batch_echo_median_ms,
+                batch_echo_median_ms * 1000 / one_lookup.p50)
           : absl::StrFormat("BatchLookup of %zu keys %.2f ms; with every "
-                            "entry read %.2f ms (no Lookup run to compare "
-                            "with)",
+                            "entry read %.2f ms; echo of its bytes (%zu B "
+                            "in, %zu B out) %.2f ms (no Lookup run to "
+                            "compare with)",
                             batch_keys.size(), batch_median_ms,
-                            batch_read_median_ms));
+                            batch_read_median_ms, batch_request_bytes,
+                            batch_answer_bytes, batch_echo_median_ms));
   verdicts.push_back(absl::StrFormat(
       "memo hit %.1f ns (%zu keys; one key %.1f ns; 2 threads %.1f ns) "
       "(target <= 100): %s; reading the execution too %.1f ns",
@@ -620,8 +666,12 @@ int Orchestrate(const Flags& flags) {
       ", \"with_entries_read_ms\": ",
       absl::StrFormat("%.3f", batch_read_median_ms),
       ", \"with_entries_read_ratio\": ",
-      absl::StrFormat("%.2f", batch_read_ratio), "},\n", "  \"verdicts\": [\"",
-      absl::StrJoin(verdicts, "\", \""),
+      absl::StrFormat("%.2f", batch_read_ratio),
+      ", \"request_bytes\": ", batch_request_bytes,
+      ", \"answer_bytes\": ", batch_answer_bytes,
+      ", \"echo_of_same_bytes_ms\": ",
+      absl::StrFormat("%.3f", batch_echo_median_ms), "},\n",
+      "  \"verdicts\": [\"", absl::StrJoin(verdicts, "\", \""),
       "\"],\n  \"total_seconds\": ", absl::StrFormat("%.1f", total_s), "\n}\n");
   std::ofstream(json_path) << json;
   std::printf("\nJSON: %s\n", json_path.c_str());

@@ -11,8 +11,9 @@ StatusCell::StatusCell(v1::KeyStatus status)
   absl::call_once(parsed_, [] {});
 }
 
-StatusCell::StatusCell(v1::KeyState state, absl::string_view bytes)
-    : state_(state), bytes_(bytes) {}
+StatusCell::StatusCell(v1::KeyState state, absl::string_view bytes,
+                       std::shared_ptr<const std::string> answer)
+    : state_(state), bytes_(bytes), answer_(std::move(answer)) {}
 
 const v1::KeyStatus& StatusCell::status() const {
   absl::call_once(parsed_, [this] {
@@ -21,41 +22,30 @@ const v1::KeyStatus& StatusCell::status() const {
       status_.Clear();
       status_.set_state(state_);
     }
+    answer_.reset();
   });
   return status_;
 }
 
-namespace {
-
-// The bytes and every cell pointing into them, freed with the last cell.
-struct BatchAnswer {
-  std::string bytes;
-  std::deque<StatusCell> cells;  // emplace_back never moves a cell
-};
-
-}  // namespace
-
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
 CellsFromBatchAnswer(std::string answer) {
-  auto block = std::make_shared<BatchAnswer>();
-  block->bytes = std::move(answer);
+  auto bytes = std::make_shared<const std::string>(std::move(answer));
+  std::vector<std::shared_ptr<const StatusCell>> cells;
   bool states_ok = true;
   if (!wire::ForEachBytesField(
-          block->bytes, v1::BatchLookupResponse::kStatusesFieldNumber,
+          *bytes, v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
             uint64_t state = v1::KEY_STATE_UNSPECIFIED;
             states_ok = states_ok &&
                         wire::LastVarintField(
                             status, v1::KeyStatus::kStateFieldNumber, &state);
-            block->cells.emplace_back(static_cast<v1::KeyState>(state), status);
+            cells.push_back(std::make_shared<const StatusCell>(
+                static_cast<v1::KeyState>(state), status, bytes));
           }) ||
       !states_ok) {
     return absl::InternalError(
         "gputuned's BatchLookup answer is not a BatchLookupResponse");
   }
-  std::vector<std::shared_ptr<const StatusCell>> cells;
-  cells.reserve(block->cells.size());
-  for (const StatusCell& cell : block->cells) cells.emplace_back(block, &cell);
   return cells;
 }
 

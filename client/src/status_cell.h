@@ -6,11 +6,13 @@
 // Preload fills the memo with cells that hold each status's bytes and its
 // state (read from the bytes without parsing); a cell parses its status the
 // first time the entry is read, once, under absl::call_once. The answer's
-// bytes stay alive while any of its cells does.
+// bytes stay alive while a cell that has not parsed them does.
+//
+// Each cell has its own reference count: threads looking up different keys
+// of one batch share no cache line on the memo's hot path.
 #ifndef GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 #define GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,9 +28,10 @@ class StatusCell {
  public:
   // A status parsed already.
   explicit StatusCell(v1::KeyStatus status);
-  // A serialized KeyStatus of the given state; `bytes` must outlive the
-  // cell (see BatchAnswer).
-  StatusCell(v1::KeyState state, absl::string_view bytes);
+  // A serialized KeyStatus of the given state: `bytes`, which lie in
+  // `answer`.
+  StatusCell(v1::KeyState state, absl::string_view bytes,
+             std::shared_ptr<const std::string> answer);
 
   StatusCell(const StatusCell&) = delete;
   StatusCell& operator=(const StatusCell&) = delete;
@@ -43,11 +46,11 @@ class StatusCell {
   const absl::string_view bytes_;
   mutable absl::once_flag parsed_;
   mutable v1::KeyStatus status_;
+  mutable std::shared_ptr<const std::string> answer_;  // dropped once parsed
 };
 
 // Splits a serialized BatchLookupResponse into one cell per status, in
-// order, each aliasing one block that owns the bytes and the cells. An
-// error for bytes that are not a BatchLookupResponse.
+// order. An error for bytes that are not a BatchLookupResponse.
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
 CellsFromBatchAnswer(std::string answer);
 
