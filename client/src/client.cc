@@ -56,6 +56,18 @@ absl::Status CheckOptions(const ClientOptions& o) {
   return absl::OkStatus();
 }
 
+// An answer's bytes, in one string.
+std::string BufferBytes(const grpc::ByteBuffer& buffer) {
+  std::string bytes;
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Valid() || !buffer.Dump(&slices).ok()) return bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
+
 client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
   return {o.breaker_failures, o.breaker_open_time,
           std::max(o.breaker_max_open_time, o.breaker_open_time)};
@@ -131,25 +143,15 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   grpc::ByteBuffer request_buffer(&request_slice, 1);
   grpc::ByteBuffer response_buffer;
   if (absl::Status s =
-          rpc.CallRaw("/gputune.v1.TuneService/BatchLookup", request_buffer,
-                      &response_buffer, options.deadline);
+          rpc.CallRaw(&client_internal::Connection::batch_lookup,
+                      request_buffer, &response_buffer, options.deadline);
       !s.ok()) {
     return s;
   }
-  std::vector<grpc::Slice> slices;
-  std::string answer;
-  if (response_buffer.Valid()) {
-    if (!response_buffer.Dump(&slices).ok()) {
-      return absl::InternalError("gputuned's BatchLookup answer is unreadable");
-    }
-    answer.reserve(response_buffer.Length());
-    for (const grpc::Slice& slice : slices) {
-      answer.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-  }
   absl::StatusOr<
       std::vector<std::shared_ptr<const client_internal::StatusCell>>>
-      cells = client_internal::CellsFromBatchAnswer(std::move(answer));
+      cells =
+          client_internal::CellsFromBatchAnswer(BufferBytes(response_buffer));
   if (!cells.ok()) return cells.status();
   if (cells->size() != count) {
     return absl::InternalError(absl::StrCat("gputuned answered ", cells->size(),
@@ -217,16 +219,26 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
     return LookupResult(std::move(memoised), /*from_memo=*/true);
   }
   if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
-  v1::LookupRequest request;
-  *request.mutable_key() = key;
-  v1::LookupResponse response;
-  if (absl::Status s =
-          impl_->rpc.Call(&v1::TuneService::Stub::Lookup, request, &response,
-                          impl_->options.lookup_deadline);
+  // Written and split by hand (see StatusCell).
+  thread_local std::string key_bytes, request;
+  key_bytes.clear();
+  request.clear();
+  key.AppendToString(&key_bytes);
+  wire::AppendBytesField(v1::LookupRequest::kKeyFieldNumber, key_bytes,
+                         &request);
+  grpc::Slice request_slice(request.data(), request.size());
+  grpc::ByteBuffer request_buffer(&request_slice, 1);
+  grpc::ByteBuffer response;
+  if (absl::Status s = impl_->rpc.CallRaw(&client_internal::Connection::lookup,
+                                          request_buffer, &response,
+                                          impl_->options.lookup_deadline);
       !s.ok()) {
     return s;
   }
-  return impl_->Remember(key, std::move(*response.mutable_status()));
+  absl::StatusOr<std::shared_ptr<const client_internal::StatusCell>> cell =
+      client_internal::CellFromLookupAnswer(BufferBytes(response));
+  if (!cell.ok()) return cell.status();
+  return impl_->Remember(key, *std::move(cell));
 }
 
 LookupResult Client::TryLookup(const v1::Key& key) {

@@ -4,7 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/notification.h"
+#include "grpcpp/impl/client_unary_call.h"
 
 namespace gputune::client_internal {
 namespace {
@@ -38,7 +38,10 @@ Connection::Connection(std::shared_ptr<grpc::Channel> channel)
     : channel(std::move(channel)),
       tune(v1::TuneService::NewStub(this->channel)),
       admin(v1::AdminService::NewStub(this->channel)),
-      generic(std::make_unique<grpc::GenericStub>(this->channel)) {}
+      lookup("/gputune.v1.TuneService/Lookup",
+             grpc::internal::RpcMethod::NORMAL_RPC, this->channel),
+      batch_lookup("/gputune.v1.TuneService/BatchLookup",
+                   grpc::internal::RpcMethod::NORMAL_RPC, this->channel) {}
 
 Rpc::Rpc(std::string endpoint, std::shared_ptr<grpc::Channel> channel,
          ChannelFactory factory, const BreakerOptions& breaker)
@@ -67,22 +70,19 @@ absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
   return absl::OkStatus();
 }
 
-absl::Status Rpc::CallRaw(const char* method, const grpc::ByteBuffer& request,
+absl::Status Rpc::CallRaw(const grpc::internal::RpcMethod Connection::*method,
+                          const grpc::ByteBuffer& request,
                           grpc::ByteBuffer* response, absl::Duration deadline) {
   std::shared_ptr<const Connection> connection;
   if (absl::Status s = Admit(&connection); !s.ok()) return s;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, deadline);
-  // The generic stub only calls back; gRPC runs the callback by the
-  // deadline at the latest.
-  absl::Notification done;
-  grpc::Status status;
-  connection->generic->UnaryCall(&ctx, method, grpc::StubOptions(), &request,
-                                 response, [&](grpc::Status s) {
-                                   status = std::move(s);
-                                   done.Notify();
-                                 });
-  done.WaitForNotification();
+  // The call generated stubs make (gRPC's grpcpp/impl API, stable in the
+  // 1.51 this project builds with), with ByteBuffer as both messages.
+  const grpc::Status status =
+      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          connection->channel.get(), (*connection).*method, &ctx, request,
+          response);
   return Conclude(status, deadline);
 }
 

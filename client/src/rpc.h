@@ -26,7 +26,7 @@
 #include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace gputune::client_internal {
@@ -38,8 +38,9 @@ struct Connection {
   const std::shared_ptr<grpc::Channel> channel;
   const std::unique_ptr<v1::TuneService::Stub> tune;
   const std::unique_ptr<v1::AdminService::Stub> admin;
-  // For methods called with serialized messages (BatchLookup).
-  const std::unique_ptr<grpc::GenericStub> generic;
+  // Lookup and BatchLookup, called with serialized messages (CallRaw).
+  const grpc::internal::RpcMethod lookup;
+  const grpc::internal::RpcMethod batch_lookup;
 
   template <typename Stub>
   Stub* StubFor() const;
@@ -82,9 +83,12 @@ class Rpc {
     return Conclude(status, deadline);
   }
 
-  // Call with the request and response as serialized messages: `method` is
-  // the full name, e.g. "/gputune.v1.TuneService/BatchLookup".
-  absl::Status CallRaw(const char* method, const grpc::ByteBuffer& request,
+  // Call with the request and the response as serialized messages, on the
+  // caller's thread: what a generated stub does, without the messages (the
+  // client writes Lookup requests and splits their answers by hand).
+  // `method` is one of Connection's.
+  absl::Status CallRaw(const grpc::internal::RpcMethod Connection::*method,
+                       const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* response, absl::Duration deadline);
 
   // Call, returning the response.

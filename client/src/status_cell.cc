@@ -27,6 +27,38 @@ const v1::KeyStatus& StatusCell::status() const {
   return status_;
 }
 
+absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
+    std::string answer) {
+  auto bytes = std::make_shared<const std::string>(std::move(answer));
+  absl::string_view status;
+  int statuses = 0;
+  if (!wire::ForEachBytesField(*bytes, v1::LookupResponse::kStatusFieldNumber,
+                               [&](absl::string_view s) {
+                                 status = s;
+                                 ++statuses;
+                               })) {
+    return absl::InternalError(
+        "gputuned's Lookup answer is not a LookupResponse");
+  }
+  if (statuses != 1) {  // none (an empty status), or parts to merge
+    v1::LookupResponse parsed;
+    if (!parsed.ParseFromString(*bytes)) {
+      return absl::InternalError(
+          "gputuned's Lookup answer is not a LookupResponse");
+    }
+    return std::make_shared<const StatusCell>(
+        std::move(*parsed.mutable_status()));
+  }
+  uint64_t state = v1::KEY_STATE_UNSPECIFIED;
+  if (!wire::LastVarintField(status, v1::KeyStatus::kStateFieldNumber,
+                             &state)) {
+    return absl::InternalError(
+        "gputuned's Lookup answer is not a LookupResponse");
+  }
+  return std::make_shared<const StatusCell>(static_cast<v1::KeyState>(state),
+                                            status, std::move(bytes));
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
 CellsFromBatchAnswer(std::string answer) {
   auto bytes = std::make_shared<const std::string>(std::move(answer));

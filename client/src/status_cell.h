@@ -5,7 +5,9 @@
 // take ~1 µs a status to parse into messages, several times the RPC itself.
 // Preload fills the memo with cells that hold each status's bytes and its
 // state (read from the bytes without parsing); a cell parses its status the
-// first time the entry is read, once, under absl::call_once. The answer's
+// first time the entry is read, once, under absl::call_once. A Lookup RPC's
+// answer is held the same way: the RPC itself allocates three objects
+// instead of some twenty-five. The answer's
 // bytes stay alive while a cell that has not parsed them does.
 //
 // Each cell has its own reference count: threads looking up different keys
@@ -48,6 +50,11 @@ class StatusCell {
   mutable v1::KeyStatus status_;
   mutable std::shared_ptr<const std::string> answer_;  // dropped once parsed
 };
+
+// The status of a serialized LookupResponse. An error for bytes that are
+// not a LookupResponse.
+absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
+    std::string answer);
 
 // Splits a serialized BatchLookupResponse into one cell per status, in
 // order. An error for bytes that are not a BatchLookupResponse.

@@ -76,6 +76,25 @@ TEST_CASE("an answer that is not a BatchLookupResponse is an error") {
   CHECK(none->empty());
 }
 
+TEST_CASE("a Lookup answer becomes one cell, parsed on first use") {
+  v1::LookupResponse answer;
+  *answer.mutable_status() = Answer().statuses(2);  // a STALE with an entry
+  auto cell = CellFromLookupAnswer(answer.SerializeAsString());
+  REQUIRE(cell.ok());
+  CHECK((*cell)->state() == v1::KEY_STATE_STALE);
+  CHECK(MessageDifferencer::Equals((*cell)->status(), answer.status()));
+  // A status sent in two parts merges, as protobuf says.
+  v1::LookupResponse first, second;
+  first.mutable_status()->set_state(v1::KEY_STATE_HIT);
+  second.mutable_status()->set_stale_reason("second part");
+  cell = CellFromLookupAnswer(first.SerializeAsString() +
+                              second.SerializeAsString());
+  REQUIRE(cell.ok());
+  CHECK((*cell)->state() == v1::KEY_STATE_HIT);
+  CHECK((*cell)->status().stale_reason() == "second part");
+  CHECK_FALSE(CellFromLookupAnswer(std::string("\xff\xff", 2)).ok());
+}
+
 TEST_CASE("a cell made from a parsed status needs no bytes") {
   v1::KeyStatus status = Answer().statuses(0);
   const StatusCell cell(status);
