@@ -1,7 +1,7 @@
 // gputune_lookup_bench: the cost of the lookup path, measured against the
 // floor of any gRPC call on this machine.
 //
-//   gputune_lookup_bench [--entries=10000] [--seconds=1.5] [--rounds=2]
+//   gputune_lookup_bench [--entries=10000] [--seconds=1] [--rounds=4]
 //                        [--procs=1,8,32] [--batch=10000] [--json=FILE]
 //                        [--procs=] (no client processes: memo and batch only)
 //
@@ -352,8 +352,8 @@ int Orchestrate(const Flags& flags) {
   b.flags = flags;
   const int entries = static_cast<int>(flags.Number("entries", 10000));
   const int batch = static_cast<int>(flags.Number("batch", 10000));
-  const int rounds = static_cast<int>(flags.Number("rounds", 2));
-  b.seconds = flags.Number("seconds", 1.5);
+  const int rounds = static_cast<int>(flags.Number("rounds", 4));
+  b.seconds = flags.Number("seconds", 1.0);
   std::vector<int> procs;
   for (absl::string_view p :
        absl::StrSplit(flags.Get("procs", "1,8,32"), ',', absl::SkipEmpty())) {
