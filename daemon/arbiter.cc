@@ -146,28 +146,12 @@ void Arbiter::AppendHit(absl::string_view key_wire, const std::string& summary,
   wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber, summary, out);
 }
 
-void Arbiter::AppendLookup(const v1::Key& key, absl::string_view key_wire,
-                           std::string* out) const {
-  thread_local std::string key_id;
-  key_id.clear();
-  AppendKeyId(key, &key_id);
-  const absl::Time now = clock_->Now();
-  absl::ReaderMutexLock lock(&mu_);
-  auto it = slots_.find(key_id);
-  const Slot* slot = it == slots_.end() ? nullptr : &it->second;
-  if (const std::string* summary = HitSummaryLocked(key, slot)) {
-    AppendHit(key_wire, *summary, out);
-    return;
-  }
-  StatusLocked(key, slot, now).AppendToString(out);
-}
-
 void Arbiter::AppendLookups(absl::Span<const v1::Key* const> keys,
                             absl::Span<const absl::string_view> key_wires,
                             uint32_t field, std::string* out) const {
   constexpr size_t kChunk = 256;  // keys per lock: writers wait little
-  std::string key_id;
-  std::string other;
+  thread_local std::string key_id;
+  thread_local std::string other;
   for (size_t start = 0; start < keys.size(); start += kChunk) {
     const size_t end = std::min(keys.size(), start + kChunk);
     const absl::Time now = clock_->Now();

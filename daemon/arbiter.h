@@ -80,15 +80,13 @@ class Arbiter {
   // The key's state. `key` must be valid (ValidateKey).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Lookup(key) serialized, appended to `out`: the hot path of the Lookup
-  // and BatchLookup RPCs. `key_wire` is `key` serialized, as the asker sent
+  // Lookup(keys[i]) for each i, serialized, appended to `out` as field
+  // `field` of the enclosing message (LookupResponse.status,
+  // BatchLookupResponse.statuses): the hot path of the Lookup and
+  // BatchLookup RPCs. `key_wires[i]` is keys[i] serialized, as the asker sent
   // it; the status echoes it. A HIT is written from the entry's stored
-  // serialized summary, building no messages.
-  void AppendLookup(const v1::Key& key, absl::string_view key_wire,
-                    std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
-  // AppendLookup for keys[i] / key_wires[i], each status written as field
-  // `field` of the enclosing message (BatchLookupResponse.statuses). Takes
-  // the lock once per few hundred keys.
+  // serialized summary, building no messages. Takes the lock once per few
+  // hundred keys. Every key must be valid (ValidateKey).
   void AppendLookups(absl::Span<const v1::Key* const> keys,
                      absl::Span<const absl::string_view> key_wires,
                      uint32_t field, std::string* out) const

@@ -221,13 +221,11 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
     key_wire = merged;
   }
   if (auto s = ValidateKey(*key, "key"); !s.ok()) return Done(ctx, s);
-  thread_local std::string status;
   thread_local std::string answer;
-  status.clear();
   answer.clear();
-  arbiter_->AppendLookup(*key, key_wire, &status);
-  wire::AppendBytesField(v1::LookupResponse::kStatusFieldNumber, status,
-                         &answer);
+  const v1::Key* asked[] = {key};
+  arbiter_->AppendLookups(asked, {key_wire},
+                          v1::LookupResponse::kStatusFieldNumber, &answer);
   grpc::Slice slice(answer.data(), answer.size());  // a copy: small
   *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());

@@ -37,7 +37,7 @@ struct DaemonInfo {
 grpc::Status ToGrpc(const absl::Status& status);
 
 // Lookup and BatchLookup are raw methods: they read the request's bytes and
-// write the answer's (see Arbiter::AppendLookup); the other methods work on
+// write the answer's (see Arbiter::AppendLookups); the other methods work on
 // messages. On the wire all of them are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
     v1::TuneService::WithRawCallbackMethod_BatchLookup<

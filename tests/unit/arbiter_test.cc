@@ -344,7 +344,7 @@ TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
   CHECK(a->GetStats().backoff_keys == 0);
 }
 
-TEST_CASE("AppendLookup writes exactly what Lookup returns, in every state") {
+TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   f.options.backoff_abandons = 1;
@@ -366,13 +366,17 @@ TEST_CASE("AppendLookup writes exactly what Lookup returns, in every state") {
     INFO(KeyText(key));
     const v1::KeyStatus expected = a->Lookup(key);
     CHECK(expected.state() == state);
+    // One key, as a LookupResponse.
     std::string bytes = "prefix";  // appended, not overwritten
-    a->AppendLookup(key, key.SerializeAsString(), &bytes);
+    const std::string wire = key.SerializeAsString();
+    const v1::Key* one[] = {&key};
+    a->AppendLookups(one, {wire}, v1::LookupResponse::kStatusFieldNumber,
+                     &bytes);
     REQUIRE(bytes.rfind("prefix", 0) == 0);
-    v1::KeyStatus written;
+    v1::LookupResponse written;
     REQUIRE(written.ParseFromString(bytes.substr(6)));
-    CHECK(
-        google::protobuf::util::MessageDifferencer::Equals(written, expected));
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(written.status(),
+                                                             expected));
   }
   // All at once, as BatchLookup answers (more keys than one lock's chunk).
   std::vector<v1::Key> keys;
