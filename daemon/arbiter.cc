@@ -55,7 +55,8 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
     if (!slot.fingerprint_matches) --stale_entries_;
   }
   slot.entry_summary = std::move(summary);
-  slot.entry_candidate_set = std::move(candidate_set);
+  slot.entry_candidate_set =
+      &*candidate_sets_.insert(std::move(candidate_set)).first;
   slot.has_entry = true;
   slot.fingerprint_matches = fingerprint_matches;
   ++entries_;
@@ -87,7 +88,7 @@ v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
   std::string stale_reason;
   if (slot && slot->has_entry) {
     stale_reason =
-        StaleReasonFor(slot->fingerprint_matches, slot->entry_candidate_set,
+        StaleReasonFor(slot->fingerprint_matches, *slot->entry_candidate_set,
                        key.candidate_set());
   }
   if (slot && slot->has_entry && stale_reason.empty()) {
@@ -104,9 +105,9 @@ v1::KeyStatus Arbiter::StatusLocked(const v1::Key& key, const Slot* slot,
     *claim->mutable_granted_at() = ToProto(slot->lease->granted_at);
     return status;
   }
-  if (slot && now < slot->backoff_until) {
+  if (slot && now < BackoffUntil(*slot)) {
     status.set_state(v1::KEY_STATE_BACKOFF);
-    *status.mutable_retry_after() = ToProto(slot->backoff_until);
+    *status.mutable_retry_after() = ToProto(BackoffUntil(*slot));
     return status;
   }
   if (slot && slot->has_entry) {
@@ -130,7 +131,7 @@ v1::KeyStatus Arbiter::Lookup(const v1::Key& key) const {
 const std::string* Arbiter::HitSummaryLocked(const v1::Key& key,
                                              const Slot* slot) {
   if (slot && slot->has_entry && slot->fingerprint_matches &&
-      slot->entry_candidate_set == key.candidate_set()) {
+      *slot->entry_candidate_set == key.candidate_set()) {
     return &slot->entry_summary;
   }
   return nullptr;
@@ -303,7 +304,7 @@ void Arbiter::CommitRecord(const RecordTicket& ticket, const v1::Entry& entry) {
     SetEntryLocked(ticket.key_id, entry);
     Slot& slot = slots_[ticket.key_id];
     slot.lease.reset();
-    slot.abandons.clear();
+    if (slot.cooldown) slot.cooldown->abandons.clear();
     claims_.erase(ticket.claim_id);
     CollectLocked(ticket.key_id, now, &notes);
   }
@@ -337,16 +338,19 @@ absl::StatusOr<Arbiter::AbandonResult> Arbiter::Abandon(uint64_t claim_id) {
     claims_.erase(claim_id);
     result.key = std::move(slot.lease->key);
     slot.lease.reset();
-    std::erase_if(slot.abandons, [&](absl::Time t) {
+    if (!slot.cooldown) slot.cooldown = std::make_unique<Cooldown>();
+    Cooldown& cooldown = *slot.cooldown;
+    std::erase_if(cooldown.abandons, [&](absl::Time t) {
       return t <= now - options_.backoff_window;
     });
-    slot.abandons.push_back(now);
-    if (static_cast<int>(slot.abandons.size()) >= options_.backoff_abandons) {
-      slot.backoff_until = now + options_.backoff_cooldown;
+    cooldown.abandons.push_back(now);
+    if (static_cast<int>(cooldown.abandons.size()) >=
+        options_.backoff_abandons) {
+      cooldown.backoff_until = now + options_.backoff_cooldown;
       backoff_keys_.insert(key_id);
-      slot.abandons.clear();
+      cooldown.abandons.clear();
       response.set_state(v1::KEY_STATE_BACKOFF);
-      *response.mutable_retry_after() = ToProto(slot.backoff_until);
+      *response.mutable_retry_after() = ToProto(cooldown.backoff_until);
     } else {
       response.set_state(v1::KEY_STATE_MISS);
     }
@@ -383,7 +387,7 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       if (!slot.fingerprint_matches) --stale_entries_;
       slot.has_entry = false;
       slot.entry_summary.clear();
-      slot.entry_candidate_set.clear();
+      slot.entry_candidate_set = nullptr;
       CollectLocked(key_id, now, &notes);
       MaybeEraseSlotLocked(key_id);
     }
@@ -446,8 +450,11 @@ void Arbiter::Sweep() {
     // lookups need.
     for (auto it = backoff_keys_.begin(); it != backoff_keys_.end();) {
       Slot& slot = slots_[*it];
-      if (slot.backoff_until <= now) {
-        slot.backoff_until = absl::InfinitePast();
+      if (BackoffUntil(slot) <= now) {
+        if (slot.cooldown) {
+          slot.cooldown->backoff_until = absl::InfinitePast();
+          if (slot.cooldown->abandons.empty()) slot.cooldown.reset();
+        }
         touched.push_back(*it);
         backoff_keys_.erase(it++);
       } else {
@@ -483,7 +490,7 @@ Arbiter::Stats Arbiter::GetStats() const {
               return a.second.claim_id() < b.second.claim_id();
             });
   for (const std::string& key_id : backoff_keys_) {
-    if (now < slots_.at(key_id).backoff_until) ++stats.backoff_keys;
+    if (now < BackoffUntil(slots_.at(key_id))) ++stats.backoff_keys;
   }
   return stats;
 }
@@ -504,8 +511,10 @@ void Arbiter::MaybeEraseSlotLocked(const std::string& key_id) {
   auto it = slots_.find(key_id);
   if (it == slots_.end()) return;
   const Slot& slot = it->second;
-  if (!slot.has_entry && !slot.lease && slot.abandons.empty() &&
-      slot.backoff_until == absl::InfinitePast()) {
+  if (!slot.has_entry && !slot.lease &&
+      (!slot.cooldown ||
+       (slot.cooldown->abandons.empty() &&
+        slot.cooldown->backoff_until == absl::InfinitePast()))) {
     slots_.erase(it);
   }
 }
