@@ -15,7 +15,12 @@ for b in daemon/gputuned client/gputunectl; do
   cp "$build/$b" "$out/bin/"
   strip "$out/bin/$(basename "$b")"
 done
-ldd "$out/bin/gputuned" "$out/bin/gputunectl" | awk '/=> \// {print $3}' | sort -u |
+# The CUDA backend module, where gputuned looks beside itself.
+mkdir -p "$out/lib/gputune"
+cp "$build/lib/gputune/libgputune_cuda.so" "$out/lib/gputune/"
+strip --strip-unneeded "$out/lib/gputune/libgputune_cuda.so"
+ldd "$out/bin/gputuned" "$out/bin/gputunectl" \
+    "$out/lib/gputune/libgputune_cuda.so" | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) continue ;;

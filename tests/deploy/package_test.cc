@@ -47,6 +47,10 @@ TEST_CASE(
   if (GPUTUNE_PACKAGES_GPUTUNECTL) {
     CHECK_THAT(listing.output, Catch::Contains(" ./usr/bin/gputunectl\n"));
   }
+  if (GPUTUNE_PACKAGES_CUDA_MODULE) {  // gputuned loads it for --backend=cuda
+    CHECK_THAT(listing.output,
+               Catch::Contains("/gputune/libgputune_cuda.so\n"));
+  }
   if (GPUTUNE_PACKAGES_LIBGPUTUNE) {
     CHECK_THAT(listing.output, Catch::Contains("/libgputune"));
     CHECK_THAT(listing.output, Catch::Contains(" ./usr/include/"));

@@ -517,6 +517,42 @@ TEST_CASE("the auto backend falls back to the host backend with a warning") {
         std::string::npos);
 }
 
+TEST_CASE("the CUDA module: a missing or foreign one is named, not loaded") {
+  {
+    DaemonProcess probe({"--backend=cuda"});
+    if (Status(*probe.Stub()).backend_error().find("built without CUDA") !=
+        std::string::npos) {
+      WARN("skipped: this gputuned was built without CUDA");
+      return;
+    }
+  }
+  // Not a shared library at all; then one without the module's entry points
+  // (the client library, built beside it).
+  const std::string not_elf =
+      std::filesystem::temp_directory_path() / "gputune-test-not-a-module.so";
+  std::ofstream(not_elf) << "not a module\n";
+  struct Case {
+    std::string module;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{not_elf, "cannot load the CUDA module"},
+        Case{GPUTUNE_FOREIGN_SO, "is not the CUDA module of this gputuned"}}) {
+    DaemonProcess d({"--backend=cuda"}, {{"GPUTUNE_CUDA_MODULE", c.module}});
+    v1::GetStatusResponse status = Status(*d.Stub());
+    INFO(status.backend_error());
+    CHECK(status.backend() == "none");
+    CHECK(status.backend_error().find(c.says) != std::string::npos);
+  }
+  std::filesystem::remove(not_elf);
+  // --backend=auto without the NVIDIA driver does not load it at all.
+  if (!std::filesystem::exists("/dev/nvidiactl")) {
+    DaemonProcess d({"--backend=auto"}, {{"GPUTUNE_CUDA_MODULE", not_elf}});
+    CHECK(Status(*d.Stub()).backend() == "host");
+    CHECK(d.Log().find("/dev/nvidiactl does not exist") != std::string::npos);
+  }
+}
+
 TEST_CASE("SIGTERM shuts down cleanly with exit status 0") {
   DaemonProcess d({"--backend=none"});
   const int status = d.Terminate();
