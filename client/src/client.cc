@@ -68,6 +68,12 @@ std::string BufferBytes(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
+// `key` as field `field` of a request being written by hand.
+void AppendKeyField(uint32_t field, const v1::Key& key, std::string* out) {
+  wire::AppendBytesFieldHeader(field, key.ByteSizeLong(), out);
+  key.AppendToString(out);
+}
+
 client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
   return {o.breaker_failures, o.breaker_open_time,
           std::max(o.breaker_max_open_time, o.breaker_open_time)};
@@ -132,12 +138,8 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   // request and parse some fifteen messages per answer before returning.
   std::string request;
   request.reserve(count * 48);
-  std::string key_bytes;
   for (size_t i = 0; i < count; ++i) {
-    key_bytes.clear();
-    keys[i].AppendToString(&key_bytes);
-    wire::AppendBytesField(v1::BatchLookupRequest::kKeysFieldNumber, key_bytes,
-                           &request);
+    AppendKeyField(v1::BatchLookupRequest::kKeysFieldNumber, keys[i], &request);
   }
   grpc::Slice request_slice(request);
   grpc::ByteBuffer request_buffer(&request_slice, 1);
@@ -220,12 +222,9 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   }
   if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
   // Written and split by hand (see StatusCell).
-  thread_local std::string key_bytes, request;
-  key_bytes.clear();
+  thread_local std::string request;
   request.clear();
-  key.AppendToString(&key_bytes);
-  wire::AppendBytesField(v1::LookupRequest::kKeyFieldNumber, key_bytes,
-                         &request);
+  AppendKeyField(v1::LookupRequest::kKeyFieldNumber, key, &request);
   grpc::Slice request_slice(request.data(), request.size());
   grpc::ByteBuffer request_buffer(&request_slice, 1);
   grpc::ByteBuffer response;
