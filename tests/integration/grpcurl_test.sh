@@ -50,6 +50,12 @@ expect "Claim is granted with an enum by name" "$out" "CLAIM_OUTCOME_GRANTED"
 claim=$(grep -o '"claimId": *"[0-9]*"' <<<"$out" | grep -o '[0-9]*' | tail -1)
 out=$(call gputune.v1.TuneService/Record "{\"claim_id\":$claim,\"execution\":{\"kernel\":\"my.kernel\",\"params\":{\"tile\":128}},\"chosen_time\":\"0.000012s\"}")
 expect "Record returns the entry" "$out" '"recordedBy": *"grpcurl"'
+out=$(call gputune.v1.TuneService/Lookup "{\"key\":$key}")
+expect "Lookup (answered from bytes) reads as a HIT" "$out" "KEY_STATE_HIT"
+expect "Lookup shows the execution" "$out" '"kernel": *"my.kernel"'
+other='{"dense_bf16":{"phase":"PHASE_PREFILL","role":"attn.qkv","tokens":64,"input_features":64,"output_features":64},"candidate_set":"cs1"}'
+out=$(call gputune.v1.TuneService/BatchLookup "{\"keys\":[$key,$other]}")
+expect "BatchLookup answers in order" "$(tr -d ' \n' <<<"$out")" 'KEY_STATE_HIT.*KEY_STATE_MISS'
 out=$(call gputune.v1.TuneService/ListEntries '{}')
 expect "ListEntries shows the entry with a Timestamp" "$out" '"measuredAt": *"20'
 expect "ListEntries shows the HIT state" "$out" "KEY_STATE_HIT"
