@@ -81,7 +81,7 @@ std::unique_ptr<kernels::Backend> OpenCuda(const Config& config,
                           "build or version?)");
     return nullptr;
   }
-  spdlog::debug("CUDA backend module {}", path);
+  spdlog::info("loaded the CUDA backend module {}", path);
   kernels::CudaModuleOptions options;
   options.device = config.device;
   options.heuristic_candidates = config.cublaslt_candidates;
