@@ -99,13 +99,23 @@ JobQueue::JobQueue(const JobQueueOptions& options, Arbiter* arbiter,
                                            : std::move(backend_error);
   } else {
     worker_ = std::thread([this] { WorkerLoop(); });
+    // Checks the running job against job_timeout every 50 ms; sleeps
+    // without waking while no job runs.
     monitor_ = std::thread([this] {
       absl::MutexLock lock(&mu_);
-      while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                                   absl::Milliseconds(50))) {
-        if (running_ && clock_->Now() - running_since_ > options_.job_timeout) {
+      const absl::Condition running_or_stopping(
+          +[](JobQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+            return q->stopping_ || q->running_ != nullptr;
+          },
+          this);
+      while (true) {
+        mu_.Await(running_or_stopping);
+        if (stopping_) return;
+        if (clock_->Now() - running_since_ > options_.job_timeout) {
           cancel_.store(true);
         }
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                             absl::Milliseconds(50));
       }
     });
   }

@@ -297,10 +297,6 @@ TEST_CASE("the min-improvement rule keeps the default within the threshold") {
   CHECK(resp.status().entry().execution().params().at("time_us") == 100);
 }
 
-}  // namespace gputune
-
-namespace gputune {
-
 TEST_CASE("the autotune log level changes at runtime") {
   testing::DaemonProcess d(
       {"--backend=host", "--autotune_log=disabled", "--tune_budget=100ms"});
@@ -339,10 +335,6 @@ TEST_CASE("Backup writes an online copy and refuses to overwrite") {
   CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
         grpc::StatusCode::ALREADY_EXISTS);
 }
-
-}  // namespace gputune
-
-namespace gputune {
 
 TEST_CASE(
     "a job past its time limit is cancelled and the worker keeps serving") {

@@ -102,9 +102,6 @@ TEST_CASE("an imported entry is validated field by field") {
             .rfind("e.measurements[0].execution.kernel", 0) == 0);
 }
 
-}  // namespace gputune
-
-namespace gputune {
 
 TEST_CASE("fingerprints differing only in the GPU's UUID are the same target") {
   v1::Fingerprint a;
