@@ -102,6 +102,30 @@ absl::Status Migrate(Connection& db, OpenReport* report) {
   return absl::OkStatus();
 }
 
+// DATA_LOSS when the tables are not those of the schema version the file
+// claims: every column the store reads must be there.
+absl::Status CheckSchema(Connection& db) {
+  for (const char* sql :
+       {"SELECT key_id, op, phase, role, fingerprint, candidate_set, "
+        "updated_at, summary, entry FROM entries LIMIT 0",
+        "SELECT name, value FROM meta LIMIT 0"}) {
+    if (absl::StatusOr<Statement> st = db.Prepare(sql); !st.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("tables do not match schema version ",
+                       TuneStore::kSchemaVersion, ": ", st.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Configure, migrate and check the schema of an open database.
+absl::Status Prepare(Connection& db, bool synchronous_full,
+                     OpenReport* report) {
+  if (auto s = Configure(db, synchronous_full); !s.ok()) return s;
+  if (auto s = Migrate(db, report); !s.ok()) return s;
+  return CheckSchema(db);
+}
+
 int PhaseOf(const v1::Entry& entry) {
   return entry.key().has_dense_bf16() ? entry.key().dense_bf16().phase() : 0;
 }
@@ -162,7 +186,7 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
   if (health.ok()) {
     db = Connection::Open(options.path);
     if (!db.ok()) return db.status();
-    health = Configure(*db, options.synchronous_full);
+    health = Prepare(*db, options.synchronous_full, report);
   }
   if (health.code() == absl::StatusCode::kDataLoss) {
     *db = Connection();  // close before moving the files
@@ -172,10 +196,9 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
     report->quarantine_reason = std::string(health.message());
     db = Connection::Open(options.path);
     if (!db.ok()) return db.status();
-    health = Configure(*db, options.synchronous_full);
+    health = Prepare(*db, options.synchronous_full, report);
   }
   if (!health.ok()) return health;
-  if (auto s = Migrate(*db, report); !s.ok()) return s;
   return std::unique_ptr<TuneStore>(
       new TuneStore(options.path, std::move(*db)));
 }

@@ -186,6 +186,30 @@ TEST_CASE("a database with a corrupted page is quarantined") {
   CHECK(*store->Count() == 0);
 }
 
+TEST_CASE("tables that do not match their schema version are quarantined") {
+  TempDir dir;
+  {
+    // Version 1 by its number, but without the summary column.
+    sqlite3* db = nullptr;
+    sqlite3_open(dir.db().c_str(), &db);
+    sqlite3_exec(db,
+                 "CREATE TABLE entries (key_id TEXT PRIMARY KEY, op TEXT, "
+                 "phase INTEGER, role TEXT, fingerprint TEXT, candidate_set "
+                 "TEXT, updated_at INTEGER, entry BLOB);"
+                 "CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER);"
+                 "PRAGMA user_version = 1;",
+                 nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+  }
+  OpenReport report;
+  auto store = OpenOrDie(dir.db(), &report);
+  REQUIRE_FALSE(report.quarantined_to.empty());
+  CHECK(fs::exists(report.quarantined_to));
+  CHECK(report.quarantine_reason.find("summary") != std::string::npos);
+  CHECK(report.schema_version_found == 0);  // the fresh file's
+  REQUIRE(store->Put(MakeEntry(1)).ok());
+}
+
 TEST_CASE("a schema newer than the binary knows is refused untouched") {
   TempDir dir;
   OpenOrDie(dir.db());
