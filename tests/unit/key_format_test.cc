@@ -102,7 +102,6 @@ TEST_CASE("an imported entry is validated field by field") {
             .rfind("e.measurements[0].execution.kernel", 0) == 0);
 }
 
-
 TEST_CASE("fingerprints differing only in the GPU's UUID are the same target") {
   v1::Fingerprint a;
   a.set_backend("cuda");
