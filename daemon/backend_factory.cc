@@ -16,10 +16,9 @@
 namespace gputune {
 namespace {
 
-// Where libgputune_cuda.so may be, in order: $GPUTUNE_CUDA_MODULE (then
-// nowhere else); beside
-// the binary as installed and as bench/gpu/carry.sh lays it out
-// (../lib/gputune); the build tree. Empty for a build without CUDA.
+// Where libgputune_cuda.so may be, in order: beside the binary as installed
+// and as bench/gpu/carry.sh lays it out (../lib/gputune), then the build
+// tree; $GPUTUNE_CUDA_MODULE alone when set. Empty for a build without CUDA.
 std::vector<std::string> CudaModulePaths() {
   std::vector<std::string> paths;
 #if defined(GPUTUNE_CUDA_MODULE_BUILT)

@@ -27,6 +27,23 @@ const v1::KeyStatus& StatusCell::status() const {
   return status_;
 }
 
+namespace {
+
+// A cell for the serialized KeyStatus `status`, which lies in `answer`; null
+// when its state cannot be read.
+std::shared_ptr<const StatusCell> CellOf(
+    absl::string_view status, std::shared_ptr<const std::string> answer) {
+  uint64_t state = v1::KEY_STATE_UNSPECIFIED;
+  if (!wire::LastVarintField(status, v1::KeyStatus::kStateFieldNumber,
+                             &state)) {
+    return nullptr;
+  }
+  return std::make_shared<const StatusCell>(static_cast<v1::KeyState>(state),
+                                            status, std::move(answer));
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
     std::string answer) {
   auto bytes = std::make_shared<const std::string>(std::move(answer));
@@ -49,14 +66,12 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
     return std::make_shared<const StatusCell>(
         std::move(*parsed.mutable_status()));
   }
-  uint64_t state = v1::KEY_STATE_UNSPECIFIED;
-  if (!wire::LastVarintField(status, v1::KeyStatus::kStateFieldNumber,
-                             &state)) {
+  std::shared_ptr<const StatusCell> cell = CellOf(status, std::move(bytes));
+  if (cell == nullptr) {
     return absl::InternalError(
         "gputuned's Lookup answer is not a LookupResponse");
   }
-  return std::make_shared<const StatusCell>(static_cast<v1::KeyState>(state),
-                                            status, std::move(bytes));
+  return cell;
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
@@ -67,12 +82,8 @@ CellsFromBatchAnswer(std::string answer) {
   if (!wire::ForEachBytesField(
           *bytes, v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
-            uint64_t state = v1::KEY_STATE_UNSPECIFIED;
-            states_ok = states_ok &&
-                        wire::LastVarintField(
-                            status, v1::KeyStatus::kStateFieldNumber, &state);
-            cells.push_back(std::make_shared<const StatusCell>(
-                static_cast<v1::KeyState>(state), status, bytes));
+            cells.push_back(CellOf(status, bytes));
+            states_ok = states_ok && cells.back() != nullptr;
           }) ||
       !states_ok) {
     return absl::InternalError(

@@ -7,8 +7,8 @@
 // state (read from the bytes without parsing); a cell parses its status the
 // first time the entry is read, once, under absl::call_once. A Lookup RPC's
 // answer is held the same way: the RPC itself allocates three objects
-// instead of some twenty-five. The answer's
-// bytes stay alive while a cell that has not parsed them does.
+// instead of some twenty-five. The answer's bytes stay alive while a cell
+// that has not parsed them does.
 //
 // Each cell has its own reference count: threads looking up different keys
 // of one batch share no cache line on the memo's hot path.

@@ -13,12 +13,8 @@ gputune_cuda_module_open(const gputune::kernels::CudaModuleOptions* options,
                          std::string* error) {
   gputune::kernels::CudaBackendOptions backend_options;
   backend_options.device = options->device;
-  if (options->heuristic_candidates > 0) {
-    backend_options.heuristic_candidates = options->heuristic_candidates;
-  }
-  if (options->workspace_limit_bytes > 0) {
-    backend_options.workspace_limit_bytes = options->workspace_limit_bytes;
-  }
+  backend_options.heuristic_candidates = options->heuristic_candidates;
+  backend_options.workspace_limit_bytes = options->workspace_limit_bytes;
   return gputune::kernels::CudaBackend::Create(backend_options, error)
       .release();
 }

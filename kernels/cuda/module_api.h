@@ -21,11 +21,12 @@ namespace gputune::kernels {
 
 inline constexpr int kCudaModuleAbi = 1;
 
-// What CudaBackendOptions the daemon sets (see cuda_backend.h).
+// The CudaBackendOptions the daemon sets (see cuda_backend.h), passed
+// through as they are.
 struct CudaModuleOptions {
-  std::string device = "0";
-  int heuristic_candidates = 0;        // 0: the backend's default
-  uint64_t workspace_limit_bytes = 0;  // 0: the backend's default
+  std::string device;
+  int heuristic_candidates = 0;
+  uint64_t workspace_limit_bytes = 0;
 };
 
 // The module's two entry points (extern "C", looked up with dlsym).
