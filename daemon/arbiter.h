@@ -44,6 +44,7 @@
 #include "absl/types/span.h"
 #include "daemon/clock.h"
 #include "gputune/v1/tune.pb.h"
+#include "proto/key_view.h"
 
 namespace gputune {
 
@@ -81,17 +82,23 @@ class Arbiter {
   // The key's state. `key` must be valid (ValidateKey).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Lookup(keys[i]) for each i, serialized, appended to `out` as field
-  // `field` of the enclosing message (LookupResponse.status,
+  // One key of a Lookup or BatchLookup: its fields, valid (ValidateKey),
+  // and its serialized bytes as the asker sent them.
+  struct Ask {
+    KeyView key;
+    absl::string_view bytes;
+  };
+
+  // Lookup(key) for each ask in order, serialized, appended to `out` as
+  // field `field` of the enclosing message (LookupResponse.status,
   // BatchLookupResponse.statuses): the hot path of the Lookup and
-  // BatchLookup RPCs. `key_wires[i]` is keys[i] serialized, as the asker sent
-  // it; the status echoes it. A HIT is written from the entry's stored
-  // serialized summary, building no messages. Takes the lock once per few
-  // hundred keys. Every key must be valid (ValidateKey).
-  void AppendLookups(absl::Span<const v1::Key* const> keys,
-                     absl::Span<const absl::string_view> key_wires,
-                     uint32_t field, std::string* out) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // BatchLookup RPCs. A status's key is the ask's bytes; with `omit_keys`
+  // it is left out, and so is a HIT entry's key (it equals the asked key).
+  // HITs and MISSes are written from bytes (the asked key's, the entry's
+  // stored serialized summary), building no messages. Takes the lock once
+  // per few hundred keys.
+  void AppendLookups(absl::Span<const Ask> asks, uint32_t field, bool omit_keys,
+                     std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
@@ -205,12 +212,15 @@ class Arbiter {
   static absl::Time BackoffUntil(const Slot& slot) {
     return slot.cooldown ? slot.cooldown->backoff_until : absl::InfinitePast();
   }
-  // The stored summary when `slot` answers `key` with a HIT, else null.
-  static const std::string* HitSummaryLocked(const v1::Key& key,
+  // The stored summary when `slot` answers a key of `candidate_set` with a
+  // HIT, else null.
+  static const std::string* HitSummaryLocked(absl::string_view candidate_set,
                                              const Slot* slot);
-  // A HIT KeyStatus, serialized from the key's and the summary's bytes.
-  static void AppendHit(absl::string_view key_wire, const std::string& summary,
-                        std::string* out);
+  // One status of AppendLookups.
+  void AppendLookupLocked(const Ask& ask, const Slot* slot, absl::Time now,
+                          uint32_t field, bool omit_keys,
+                          std::string* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static std::string StaleReasonFor(bool fingerprint_matches,
                                     absl::string_view entry_candidate_set,
                                     absl::string_view candidate_set);

@@ -21,6 +21,8 @@ namespace {
 constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
 constexpr size_t kMaxBatchKeys = 100000;
+// BatchLookups of at least this many keys are done in two halves.
+constexpr size_t kSplitBatchKeys = 2048;
 constexpr int kMaxImportEntries = 100000;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -40,15 +42,6 @@ absl::string_view BufferBytes(const grpc::ByteBuffer& buffer,
   }
   return absl::string_view(reinterpret_cast<const char*>(slice->begin()),
                            slice->size());
-}
-
-// An arena whose first block is `block` (on the caller's stack): small
-// requests parse without touching the heap.
-google::protobuf::ArenaOptions ArenaOn(char* block, size_t size) {
-  google::protobuf::ArenaOptions options;
-  options.initial_block = block;
-  options.initial_block_size = size;
-  return options;
 }
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -176,7 +169,10 @@ TuneServiceImpl::TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
       store_(store),
       jobs_(jobs),
       store_executor_(store_executor),
-      clock_(clock) {}
+      clock_(clock),
+      // As many as calls can be sending at once on two cores, each up to
+      // what 100,000 HITs take.
+      answer_buffers_(std::make_shared<BufferPool>(4, 64 << 20)) {}
 
 grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
     grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
@@ -191,41 +187,33 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
     grpc::ByteBuffer* response) {
   grpc::Slice request_slice;
   const absl::string_view bytes = BufferBytes(*request, &request_slice);
-  // The key and its bytes. A repeated key field merges (protobuf rules):
-  // then the merged key is serialized again.
-  char arena_block[1024];
-  google::protobuf::Arena arena(ArenaOn(arena_block, sizeof(arena_block)));
-  auto* key = google::protobuf::Arena::CreateMessage<v1::Key>(&arena);
-  absl::string_view key_wire;
+  // The key's bytes. A repeated key field merges (protobuf rules): then the
+  // merged key is serialized again.
+  Arbiter::Ask ask;
   int keys = 0;
   if (!wire::ForEachBytesField(bytes, v1::LookupRequest::kKeyFieldNumber,
                                [&](absl::string_view b) {
-                                 key_wire = b;
+                                 ask.bytes = b;
                                  ++keys;
                                })) {
     return Done(ctx, Invalid("request", "not a LookupRequest"));
   }
   std::string merged;
-  if (keys == 1) {
-    if (!key->ParseFromArray(key_wire.data(),
-                             static_cast<int>(key_wire.size()))) {
-      return Done(ctx, Invalid("key", "not a Key"));
-    }
-  } else if (keys > 1) {
-    auto* parsed =
-        google::protobuf::Arena::CreateMessage<v1::LookupRequest>(&arena);
-    if (!parsed->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+  if (keys > 1) {
+    v1::LookupRequest parsed;
+    if (!parsed.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       return Done(ctx, Invalid("request", "not a LookupRequest"));
-    *key = parsed->key();
-    merged = key->SerializeAsString();
-    key_wire = merged;
+    merged = parsed.key().SerializeAsString();
+    ask.bytes = merged;
   }
-  if (auto s = ValidateKey(*key, "key"); !s.ok()) return Done(ctx, s);
+  if (!ReadKeyView(ask.bytes, &ask.key)) {
+    return Done(ctx, Invalid("key", "not a Key"));
+  }
+  if (auto s = ValidateKey(ask.key, "key"); !s.ok()) return Done(ctx, s);
   thread_local std::string answer;
   answer.clear();
-  const v1::Key* asked[] = {key};
-  arbiter_->AppendLookups(asked, {key_wire},
-                          v1::LookupResponse::kStatusFieldNumber, &answer);
+  arbiter_->AppendLookups({&ask, 1}, v1::LookupResponse::kStatusFieldNumber,
+                          /*omit_keys=*/false, &answer);
   grpc::Slice slice(answer.data(), answer.size());  // a copy: small
   *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());
@@ -236,42 +224,91 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     grpc::ByteBuffer* response) {
   grpc::Slice request_slice;
   const absl::string_view bytes = BufferBytes(*request, &request_slice);
-  std::vector<absl::string_view> key_wires;
-  if (!wire::ForEachBytesField(
-          bytes, v1::BatchLookupRequest::kKeysFieldNumber,
-          [&](absl::string_view b) { key_wires.push_back(b); })) {
-    return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
+  std::vector<Arbiter::Ask> asks;
+  asks.reserve(bytes.size() / 32);  // a dense key takes ~36 bytes
+  bool omit_keys = false;
+  wire::Reader r(bytes);
+  while (r.Next()) {
+    if (r.field() == v1::BatchLookupRequest::kKeysFieldNumber &&
+        r.type() == wire::WireType::kBytes) {
+      asks.push_back({KeyView(), r.bytes()});
+    } else if (r.field() == v1::BatchLookupRequest::kOmitKeysFieldNumber &&
+               r.type() == wire::WireType::kVarint) {
+      omit_keys = r.number() != 0;
+    }
   }
-  if (key_wires.empty() || key_wires.size() > kMaxBatchKeys) {
+  if (!r.ok()) return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
+  if (asks.empty() || asks.size() > kMaxBatchKeys) {
     return Done(ctx,
                 Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
-                                             " keys, got ", key_wires.size())));
+                                             " keys, got ", asks.size())));
   }
-  // Every key is checked before any is answered.
-  google::protobuf::Arena arena;
-  std::vector<const v1::Key*> keys(key_wires.size());
-  for (size_t i = 0; i < key_wires.size(); ++i) {
-    auto* key = google::protobuf::Arena::CreateMessage<v1::Key>(&arena);
-    if (!key->ParseFromArray(key_wires[i].data(),
-                             static_cast<int>(key_wires[i].size()))) {
-      return Done(ctx, Invalid(absl::StrCat("keys[", i, "]"), "not a Key"));
+  // Every key is checked before any is answered. A large batch is done in
+  // two halves, the second on the other core if it is free: the asker is
+  // waiting, and this is all CPU.
+  struct Half {
+    size_t begin = 0, end = 0;
+    absl::Status error;
+    std::unique_ptr<std::string> answer;
+  };
+  const size_t split =
+      asks.size() >= kSplitBatchKeys ? asks.size() / 2 : asks.size();
+  Half halves[2];
+  halves[0].end = halves[1].begin = split;
+  halves[1].end = asks.size();
+  auto run = [&](int h) {
+    Half& half = halves[h];
+    for (size_t i = half.begin; i < half.end; ++i) {
+      if (!ReadKeyView(asks[i].bytes, &asks[i].key)) {
+        half.error = Invalid(absl::StrCat("keys[", i, "]"), "not a Key");
+        return;
+      }
+      // The field's name is built only for an invalid key.
+      if (!ValidateKey(asks[i].key, "key").ok()) {
+        half.error = ValidateKey(asks[i].key, absl::StrCat("keys[", i, "]"));
+        return;
+      }
     }
-    // The field's name is built only for an invalid key.
-    if (!ValidateKey(*key, "key").ok()) {
-      return Done(ctx, ValidateKey(*key, absl::StrCat("keys[", i, "]")));
-    }
-    keys[i] = key;
+    half.answer = answer_buffers_->Take();
+    // A HIT is a summary of a few times the key's size.
+    const absl::string_view last = asks[half.end - 1].bytes;
+    half.answer->reserve(static_cast<size_t>(last.data() + last.size() -
+                                             asks[half.begin].bytes.data()) *
+                         8);
+    arbiter_->AppendLookups(
+        absl::MakeConstSpan(asks).subspan(half.begin, half.end - half.begin),
+        v1::BatchLookupResponse::kStatusesFieldNumber, omit_keys,
+        half.answer.get());
+  };
+  if (split < asks.size()) {
+    batch_halves_.Run(run);
+  } else {
+    run(0);
   }
-  auto* answer = new std::string();
-  // A HIT is the key and a summary of a few times its size.
-  answer->reserve(bytes.size() * 8);
-  arbiter_->AppendLookups(
-      keys, key_wires, v1::BatchLookupResponse::kStatusesFieldNumber, answer);
-  // Handed to gRPC without a copy; it deletes the string when sent.
-  grpc::Slice slice(
-      answer->data(), answer->size(),
-      [](void* s) { delete static_cast<std::string*>(s); }, answer);
-  *response = grpc::ByteBuffer(&slice, 1);
+  for (Half& half : halves) {
+    if (!half.error.ok()) {
+      for (Half& h : halves) answer_buffers_->Give(std::move(h.answer));
+      return Done(ctx, half.error);
+    }
+  }
+  // Sent from the buffers without a copy; back to the pool once sent.
+  struct Sending {
+    std::shared_ptr<BufferPool> pool;
+    std::unique_ptr<std::string> answer;
+  };
+  std::vector<grpc::Slice> slices;
+  for (Half& half : halves) {
+    if (half.answer == nullptr) continue;
+    const std::string& answer = *half.answer;
+    slices.emplace_back(
+        const_cast<char*>(answer.data()), answer.size(),
+        [](void* p) {
+          std::unique_ptr<Sending> sent(static_cast<Sending*>(p));
+          sent->pool->Give(std::move(sent->answer));
+        },
+        new Sending{answer_buffers_, std::move(half.answer)});
+  }
+  *response = grpc::ByteBuffer(slices.data(), slices.size());
   return Done(ctx, absl::OkStatus());
 }
 

@@ -9,14 +9,17 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
+#include "daemon/buffer_pool.h"
 #include "daemon/clock.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
+#include "daemon/split_runner.h"
 #include "gputune/v1/tune.grpc.pb.h"
 #include "storage/tune_store.h"
 
@@ -108,6 +111,11 @@ class TuneServiceImpl final : public TuneServiceBase {
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
   const Clock* const clock_;
+  // BatchLookup answers; shared with the slices gRPC sends them from, which
+  // may outlive the service.
+  const std::shared_ptr<BufferPool> answer_buffers_;
+  // Large BatchLookups in two halves.
+  SplitRunner batch_halves_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

@@ -1,5 +1,6 @@
 #include "key_format.h"
 
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -44,14 +45,38 @@ absl::string_view KeyOp(const v1::Key& key) {
 }
 
 void AppendKeyId(const v1::Key& key, std::string* out) {
-  if (key.has_dense_bf16()) {
-    const v1::DenseBf16Key& d = key.dense_bf16();
-    absl::StrAppend(out, kDenseOp, "/", PhaseName(d.phase()), "/", d.role(),
-                    "/m=", d.tokens(), "/k=", d.input_features(),
-                    "/n=", d.output_features());
+  AppendKeyId(KeyView::Of(key), out);
+}
+
+void AppendKeyId(const KeyView& key, std::string* out) {
+  if (key.op != KeyView::Op::kDense) {
+    absl::StrAppend(out, key.name, "/", key.params);
     return;
   }
-  absl::StrAppend(out, key.custom().op(), "/", key.custom().params());
+  // Piece by piece into one buffer: BatchLookup builds 10,000 of these.
+  char buffer[160];  // 126 at most, and the NUL FastIntToBuffer writes
+  char* at = buffer;
+  auto put = [&](absl::string_view piece) {
+    memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  };
+  put(kDenseOp);
+  put("/");
+  put(PhaseName(static_cast<v1::Phase>(key.phase)));
+  put("/");
+  if (key.name.size() > kMaxNameLength) {  // not valid; slow but right
+    out->append(buffer, at);
+    absl::StrAppend(out, key.name, "/m=", key.m, "/k=", key.k, "/n=", key.n);
+    return;
+  }
+  put(key.name);
+  put("/m=");
+  at = absl::numbers_internal::FastIntToBuffer(key.m, at);
+  put("/k=");
+  at = absl::numbers_internal::FastIntToBuffer(key.k, at);
+  put("/n=");
+  at = absl::numbers_internal::FastIntToBuffer(key.n, at);
+  out->append(buffer, at);
 }
 
 std::string KeyId(const v1::Key& key) {

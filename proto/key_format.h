@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
+#include "key_view.h"
 
 namespace gputune {
 
@@ -28,6 +29,7 @@ inline constexpr absl::string_view kDenseOp = "dense_bf16";
 std::string KeyId(const v1::Key& key);
 // KeyId(key) appended to `out`.
 void AppendKeyId(const v1::Key& key, std::string* out);
+void AppendKeyId(const KeyView& key, std::string* out);
 
 // The op name of a key: "dense_bf16" or the custom op.
 absl::string_view KeyOp(const v1::Key& key);

@@ -47,7 +47,11 @@ absl::Status CheckText(absl::string_view value, const Field& field, size_t max,
 }
 
 absl::Status CheckName(absl::string_view value, const Field& field) {
-  return CheckText(value, field, kMaxNameLength, IsNameChar, "[A-Za-z0-9._-]");
+  // A lambda, not the function itself: CheckText is then inlined per
+  // character (validation runs on every key of a BatchLookup).
+  return CheckText(
+      value, field, kMaxNameLength, [](char c) { return IsNameChar(c); },
+      "[A-Za-z0-9._-]");
 }
 
 absl::Status CheckDim(uint32_t value, const Field& field) {
@@ -69,41 +73,42 @@ absl::Status CheckDuration(const google::protobuf::Duration& d,
 }  // namespace
 
 absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
-  switch (key.op_case()) {
-    case v1::Key::kDenseBf16: {
-      const v1::DenseBf16Key& d = key.dense_bf16();
-      if (d.phase() != v1::PHASE_PREFILL && d.phase() != v1::PHASE_DECODE) {
+  return ValidateKey(KeyView::Of(key), field);
+}
+
+absl::Status ValidateKey(const KeyView& key, absl::string_view field) {
+  switch (key.op) {
+    case KeyView::Op::kDense: {
+      if (key.phase != v1::PHASE_PREFILL && key.phase != v1::PHASE_DECODE) {
         return Invalid({field, ".dense_bf16.phase"},
                        "must be PHASE_PREFILL or PHASE_DECODE");
       }
-      if (auto s = CheckName(d.role(), {field, ".dense_bf16.role"}); !s.ok()) {
+      if (auto s = CheckName(key.name, {field, ".dense_bf16.role"}); !s.ok()) {
         return s;
       }
-      if (auto s = CheckDim(d.tokens(), {field, ".dense_bf16.tokens"});
+      if (auto s = CheckDim(key.m, {field, ".dense_bf16.tokens"}); !s.ok()) {
+        return s;
+      }
+      if (auto s = CheckDim(key.k, {field, ".dense_bf16.input_features"});
           !s.ok()) {
         return s;
       }
-      if (auto s = CheckDim(d.input_features(),
-                            {field, ".dense_bf16.input_features"});
-          !s.ok()) {
-        return s;
-      }
-      if (auto s = CheckDim(d.output_features(),
-                            {field, ".dense_bf16.output_features"});
+      if (auto s = CheckDim(key.n, {field, ".dense_bf16.output_features"});
           !s.ok()) {
         return s;
       }
       break;
     }
-    case v1::Key::kCustom: {
-      const v1::CustomKey& c = key.custom();
-      if (auto s = CheckName(c.op(), {field, ".custom.op"}); !s.ok()) return s;
-      if (c.op() == kDenseOp) {
+    case KeyView::Op::kCustom: {
+      if (auto s = CheckName(key.name, {field, ".custom.op"}); !s.ok()) {
+        return s;
+      }
+      if (key.name == kDenseOp) {
         return Invalid({field, ".custom.op"},
                        "'dense_bf16' is the built-in op: use key.dense_bf16");
       }
       if (auto s = CheckText(
-              c.params(), {field, ".custom.params"}, kMaxParamsLength,
+              key.params, {field, ".custom.params"}, kMaxParamsLength,
               [](char ch) { return ch >= 0x20 && ch < 0x7f && ch != '@'; },
               "printable ASCII other than '@'");
           !s.ok()) {
@@ -111,11 +116,11 @@ absl::Status ValidateKey(const v1::Key& key, absl::string_view field) {
       }
       break;
     }
-    default:
+    case KeyView::Op::kNone:
       return Invalid(field, "must set dense_bf16 or custom");
   }
   return CheckText(
-      key.candidate_set(), {field, ".candidate_set"}, kMaxCandidateSetLength,
+      key.candidate_set, {field, ".candidate_set"}, kMaxCandidateSetLength,
       [](char c) { return IsNameChar(c) || c == ':' || c == '+'; },
       "[A-Za-z0-9._:+-]");
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
+#include "key_view.h"
 
 namespace gputune {
 
@@ -27,6 +28,7 @@ inline constexpr size_t kMaxExecutionData = 64 * 1024;
 inline constexpr size_t kMaxMeasurements = 1024;
 
 absl::Status ValidateKey(const v1::Key& key, absl::string_view field);
+absl::Status ValidateKey(const KeyView& key, absl::string_view field);
 absl::Status ValidateExecution(const v1::Execution& exec,
                                absl::string_view field);
 absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,

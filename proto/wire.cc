@@ -1,6 +1,5 @@
 #include "proto/wire.h"
 
-#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace gputune::wire {
@@ -33,54 +32,83 @@ uint32_t BytesTag(uint32_t field) {
 
 }  // namespace
 
-namespace {
+bool Reader::ReadLongVarint(uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && at_ < end_; shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>(*at_++);
+    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (byte < 0x80) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;  // truncated, or longer than ten bytes
+}
 
-// Calls read(&in) at each occurrence of field `field` whose wire type is
-// `type`, positioned after the tag; read must consume the value. Other
-// fields are skipped. False when `message` is malformed, an occurrence has
-// another wire type, or read returns false.
-bool ReadField(
-    absl::string_view message, uint32_t field, WireFormatLite::WireType type,
-    absl::FunctionRef<bool(google::protobuf::io::CodedInputStream*)> read) {
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t*>(message.data()),
-      static_cast<int>(message.size()));
-  while (true) {
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0) return in.ConsumedEntireMessage();  // end, or malformed
-    if (static_cast<uint32_t>(WireFormatLite::GetTagFieldNumber(tag)) !=
-        field) {
-      if (!WireFormatLite::SkipField(&in, tag)) return false;
-      continue;
+bool Reader::ReadOtherValue() {
+  switch (type_) {
+    case WireType::kFixed64:
+    case WireType::kFixed32: {
+      const size_t size = type_ == WireType::kFixed64 ? 8 : 4;
+      if (static_cast<size_t>(end_ - at_) < size) return false;
+      bytes_ = absl::string_view(at_, size);
+      for (size_t i = size; i-- > 0;) {
+        number_ = number_ << 8 | static_cast<uint8_t>(at_[i]);
+      }
+      at_ += size;
+      return true;
     }
-    if (WireFormatLite::GetTagWireType(tag) != type || !read(&in)) {
-      return false;
-    }
+    case WireType::kStartGroup:
+    case WireType::kEndGroup:
+      return true;  // the caller matches them
+    default:
+      return false;  // wire types 6 and 7 do not exist
   }
 }
 
-}  // namespace
+bool Reader::SkipGroup() {
+  // To the matching end-group, through nested groups (as deep as
+  // protobuf's own parser allows).
+  constexpr int kMaxDepth = 100;
+  uint32_t open[kMaxDepth];
+  int depth = 0;
+  open[depth++] = field_;
+  while (depth > 0) {
+    if (at_ == end_ || !ReadTagAndValue()) return false;
+    if (type_ == WireType::kStartGroup) {
+      if (depth == kMaxDepth) return false;
+      open[depth++] = field_;
+    } else if (type_ == WireType::kEndGroup && open[--depth] != field_) {
+      return false;
+    }
+  }
+  // The group is the current field, with no value.
+  type_ = WireType::kStartGroup;
+  bytes_ = {};
+  number_ = 0;
+  return true;
+}
 
 bool ForEachBytesField(absl::string_view message, uint32_t field,
                        absl::FunctionRef<void(absl::string_view)> fn) {
-  return ReadField(message, field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED,
-                   [&](google::protobuf::io::CodedInputStream* in) {
-                     uint32_t length = 0;
-                     if (!in->ReadVarint32(&length)) return false;
-                     const size_t at =
-                         static_cast<size_t>(in->CurrentPosition());
-                     if (length > message.size() - at) return false;
-                     fn(message.substr(at, length));
-                     return in->Skip(static_cast<int>(length));
-                   });
+  Reader r(message);
+  while (r.Next()) {
+    if (r.field() != field) continue;
+    if (r.type() != WireType::kBytes) return false;
+    fn(r.bytes());
+  }
+  return r.ok();
 }
 
 bool LastVarintField(absl::string_view message, uint32_t field,
                      uint64_t* value) {
-  return ReadField(message, field, WireFormatLite::WIRETYPE_VARINT,
-                   [&](google::protobuf::io::CodedInputStream* in) {
-                     return in->ReadVarint64(value);
-                   });
+  Reader r(message);
+  while (r.Next()) {
+    if (r.field() != field) continue;
+    if (r.type() != WireType::kVarint) return false;
+    *value = r.number();
+  }
+  return r.ok();
 }
 
 void AppendBytesFieldHeader(uint32_t field, size_t length, std::string* out) {

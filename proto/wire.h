@@ -17,6 +17,98 @@
 
 namespace gputune::wire {
 
+// Protobuf wire types.
+enum class WireType : uint8_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kBytes = 2,  // length-delimited: string, bytes, message, packed
+  kStartGroup = 3,
+  kEndGroup = 4,
+  kFixed32 = 5,
+};
+
+// Walks the fields of a serialized message in order, as protobuf's parser
+// reads them, without building a message:
+//
+//   wire::Reader r(bytes);
+//   while (r.Next()) {
+//     if (r.field() == 1 && r.type() == wire::WireType::kBytes) Use(r.bytes());
+//   }
+//   if (!r.ok()) ...  // malformed
+//
+// A group (a proto2 feature no gputune message has) is skipped whole, as an
+// unknown field is.
+class Reader {
+ public:
+  explicit Reader(absl::string_view message)
+      : at_(message.data()), end_(message.data() + message.size()) {}
+
+  // Moves to the next field. False at the end of the message, and for bytes
+  // that are not protobuf (then ok() is false too).
+  bool Next() {
+    if (!ok_ || at_ == end_) return false;
+    if (!ReadTagAndValue() || type_ == WireType::kEndGroup) return Fail();
+    if (type_ == WireType::kStartGroup && !SkipGroup()) return Fail();
+    return true;
+  }
+  // False once Next() met malformed bytes.
+  bool ok() const { return ok_; }
+
+  // The current field.
+  uint32_t field() const { return field_; }
+  WireType type() const { return type_; }
+  // Its value: for kVarint, kFixed64 and kFixed32 as an integer; for kBytes
+  // (and the fixed types, little-endian) its bytes.
+  uint64_t number() const { return number_; }
+  absl::string_view bytes() const { return bytes_; }
+
+ private:
+  bool Fail() { return ok_ = false; }
+  bool ReadVarint(uint64_t* value) {
+    if (at_ != end_ && static_cast<uint8_t>(*at_) < 0x80) {  // most are
+      *value = static_cast<uint8_t>(*at_++);
+      return true;
+    }
+    return ReadLongVarint(value);
+  }
+  bool ReadLongVarint(uint64_t* value);
+  // One tag and, except for groups, its value; false when malformed.
+  bool ReadTagAndValue() {
+    uint64_t tag = 0;
+    if (!ReadVarint(&tag) || tag > UINT32_MAX || (tag >> 3) == 0) {
+      return false;
+    }
+    field_ = static_cast<uint32_t>(tag >> 3);
+    type_ = static_cast<WireType>(tag & 7);
+    bytes_ = {};
+    number_ = 0;
+    if (type_ == WireType::kVarint) return ReadVarint(&number_);
+    if (type_ == WireType::kBytes) {
+      uint64_t length = 0;
+      if (!ReadVarint(&length) || length > static_cast<uint64_t>(end_ - at_)) {
+        return false;
+      }
+      bytes_ = absl::string_view(at_, static_cast<size_t>(length));
+      number_ = length;
+      at_ += length;
+      return true;
+    }
+    return ReadOtherValue();
+  }
+  // The value of a fixed-size field; true for a group's tag.
+  bool ReadOtherValue();
+  // Past the rest of the group the current field starts.
+  bool SkipGroup();
+
+  const char* at_;
+  const char* const end_;
+  bool ok_ = true;
+  uint32_t field_ = 0;
+  WireType type_ = WireType::kVarint;
+  uint64_t number_ = 0;
+  absl::string_view bytes_;
+};
+
 // Calls fn(bytes) for each occurrence of length-delimited field `field` in
 // the serialized message `message`, in order; other fields are skipped (as
 // unknown fields are). False when `message` is not well-formed protobuf or

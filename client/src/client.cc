@@ -57,21 +57,16 @@ absl::Status CheckOptions(const ClientOptions& o) {
 }
 
 // An answer's bytes, in one string.
-std::string BufferBytes(const grpc::ByteBuffer& buffer) {
-  std::string bytes;
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Valid() || !buffer.Dump(&slices).ok()) return bytes;
-  bytes.reserve(buffer.Length());
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  return bytes;
-}
-
-// `key` as field `field` of a request being written by hand.
-void AppendKeyField(uint32_t field, const v1::Key& key, std::string* out) {
-  wire::AppendBytesFieldHeader(field, key.ByteSizeLong(), out);
-  key.AppendToString(out);
+// `key` as field `field` of a request being written by hand; returns the
+// size of the key's bytes, the last ones in *out.
+size_t AppendKeyField(uint32_t field, const v1::Key& key, std::string* out) {
+  const size_t size = key.ByteSizeLong();
+  wire::AppendBytesFieldHeader(field, size, out);
+  const size_t at = out->size();
+  out->resize(at + size);
+  key.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(out->data() + at));
+  return size;
 }
 
 client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
@@ -136,12 +131,33 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   // Serialized by hand, and the answer split into StatusCells that parse on
   // first use: a batch of 10,000 keys would otherwise copy every key into a
   // request and parse some fifteen messages per answer before returning.
-  std::string request;
-  request.reserve(count * 48);
+  // The statuses come without keys (omit_keys): each cell reads its key
+  // from the request.
+  auto call = std::make_shared<client_internal::CallBytes>();
+  std::string& request = call->request;
+  request.reserve(count * 48 + 2);
+  std::vector<std::pair<size_t, size_t>> key_spans(count);  // offset, size
   for (size_t i = 0; i < count; ++i) {
-    AppendKeyField(v1::BatchLookupRequest::kKeysFieldNumber, keys[i], &request);
+    const size_t size = AppendKeyField(v1::BatchLookupRequest::kKeysFieldNumber,
+                                       keys[i], &request);
+    key_spans[i] = {request.size() - size, size};
   }
-  grpc::Slice request_slice(request);
+  wire::AppendVarintField(v1::BatchLookupRequest::kOmitKeysFieldNumber, 1,
+                          &request);
+  std::vector<absl::string_view> asked_keys(count);
+  for (size_t i = 0; i < count; ++i) {
+    asked_keys[i] = absl::string_view(request).substr(key_spans[i].first,
+                                                      key_spans[i].second);
+  }
+  // gRPC reads the request in place; the slice keeps it alive.
+  auto* keep = new std::shared_ptr<const client_internal::CallBytes>(call);
+  grpc::Slice request_slice(
+      const_cast<char*>(request.data()), request.size(),
+      [](void* p) {
+        delete static_cast<std::shared_ptr<const client_internal::CallBytes>*>(
+            p);
+      },
+      keep);
   grpc::ByteBuffer request_buffer(&request_slice, 1);
   grpc::ByteBuffer response_buffer;
   if (absl::Status s =
@@ -152,13 +168,9 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   }
   absl::StatusOr<
       std::vector<std::shared_ptr<const client_internal::StatusCell>>>
-      cells =
-          client_internal::CellsFromBatchAnswer(BufferBytes(response_buffer));
+      cells = client_internal::CellsFromBatchAnswer(response_buffer, call,
+                                                    asked_keys);
   if (!cells.ok()) return cells.status();
-  if (cells->size() != count) {
-    return absl::InternalError(absl::StrCat("gputuned answered ", cells->size(),
-                                            " statuses for ", count, " keys"));
-  }
   for (size_t i = 0; i < count; ++i) {
     out->push_back(Remember(keys[i], std::move((*cells)[i])));
   }
@@ -235,7 +247,7 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
     return s;
   }
   absl::StatusOr<std::shared_ptr<const client_internal::StatusCell>> cell =
-      client_internal::CellFromLookupAnswer(BufferBytes(response));
+      client_internal::CellFromLookupAnswer(response);
   if (!cell.ok()) return cell.status();
   return impl_->Remember(key, *std::move(cell));
 }
@@ -253,9 +265,9 @@ LookupResult Client::TryLookup(const v1::Key& key) {
 absl::StatusOr<std::vector<LookupResult>> Client::BatchLookup(
     const std::vector<v1::Key>& keys) {
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status s = ValidateKey(keys[i], absl::StrCat("keys[", i, "]"));
-        !s.ok()) {
-      return s;
+    // The field's name is built only for an invalid key.
+    if (!ValidateKey(keys[i], "key").ok()) {
+      return ValidateKey(keys[i], absl::StrCat("keys[", i, "]"));
     }
   }
   std::vector<LookupResult> results;

@@ -55,7 +55,8 @@ std::shared_ptr<const StatusCell> Memo::Find(const v1::Key& key,
   return it->second.status;
 }
 
-void Memo::Put(const v1::Key& key, std::shared_ptr<const StatusCell> status) {
+void Memo::Put(const v1::Key& key,
+               const std::shared_ptr<const StatusCell>& status) {
   if (shard_capacity_ == 0 || status == nullptr ||
       status->state() != v1::KEY_STATE_HIT) {
     return;
@@ -68,11 +69,11 @@ void Memo::Put(const v1::Key& key, std::shared_ptr<const StatusCell> status) {
   std::unique_lock<std::shared_mutex> lock(shard.mu);
   auto it = shard.map.find(view);
   if (it != shard.map.end()) {
-    it->second = Slot{std::move(status), due_at};
+    it->second = Slot{status, due_at};
     return;
   }
   if (shard.map.size() >= shard_capacity_) shard.map.erase(shard.map.begin());
-  shard.map.emplace(MemoKey(view), Slot{std::move(status), due_at});
+  shard.map.emplace(MemoKey(view), Slot{status, due_at});
 }
 
 void Memo::Erase(const v1::Key& key) {

@@ -38,7 +38,7 @@ class Memo {
   // older than ttl (the caller should re-check it in the background).
   std::shared_ptr<const StatusCell> Find(const v1::Key& key, bool* due) const;
   // Memoises a HIT (anything else is ignored), replacing what was there.
-  void Put(const v1::Key& key, std::shared_ptr<const StatusCell> status);
+  void Put(const v1::Key& key, const std::shared_ptr<const StatusCell>& status);
   void Erase(const v1::Key& key);
   void Clear();
   size_t size() const;

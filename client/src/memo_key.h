@@ -11,49 +11,24 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
+#include "proto/key_view.h"
 
 namespace gputune::client_internal {
 
-// Borrows from the v1::Key it was made from.
-struct KeyView {
-  // dense_bf16: the phase (1, 2); custom ops: 0.
-  uint32_t phase = 0;
-  uint32_t m = 0, k = 0, n = 0;
-  absl::string_view name;    // role (dense) or op (custom)
-  absl::string_view params;  // custom params; empty for dense
-  absl::string_view candidate_set;
-
-  static KeyView Of(const v1::Key& key) {
-    KeyView v;
-    if (key.has_dense_bf16()) {
-      const v1::DenseBf16Key& d = key.dense_bf16();
-      v.phase = static_cast<uint32_t>(d.phase());
-      v.m = d.tokens();
-      v.k = d.input_features();
-      v.n = d.output_features();
-      v.name = d.role();
-    } else {
-      v.name = key.custom().op();
-      v.params = key.custom().params();
-    }
-    v.candidate_set = key.candidate_set();
-    return v;
-  }
-  auto Tie() const {
-    return std::make_tuple(phase, m, k, n, name, params, candidate_set);
-  }
-};
+using gputune::KeyView;
 
 // Owns its strings.
 struct MemoKey {
-  uint32_t phase = 0;
+  KeyView::Op op = KeyView::Op::kNone;
+  int32_t phase = 0;
   uint32_t m = 0, k = 0, n = 0;
   std::string name;
   std::string params;
   std::string candidate_set;
 
   explicit MemoKey(const KeyView& v)
-      : phase(v.phase),
+      : op(v.op),
+        phase(v.phase),
         m(v.m),
         k(v.k),
         n(v.n),
@@ -61,7 +36,7 @@ struct MemoKey {
         params(v.params),
         candidate_set(v.candidate_set) {}
   KeyView View() const {
-    return KeyView{phase, m, k, n, name, params, candidate_set};
+    return KeyView{op, phase, m, k, n, name, params, candidate_set};
   }
 };
 

@@ -10,11 +10,16 @@
 // instead of some twenty-five. The answer's bytes stay alive while a cell
 // that has not parsed them does.
 //
+// A BatchLookup asks for statuses without keys (omit_keys): the client has
+// them already, in its request. A cell then holds its key's bytes too, and
+// puts the key back into the status (and a HIT's entry) when it parses.
+//
 // Each cell has its own reference count: threads looking up different keys
 // of one batch share no cache line on the memo's hot path.
 #ifndef GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 #define GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,18 +27,33 @@
 #include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "gputune/v1/tune.pb.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 
 namespace gputune::client_internal {
+
+// The bytes of one call that its cells read: its request (where a
+// BatchLookup's asked keys lie) and its answer, as gRPC received it (a few
+// dozen slices for a large answer, read in place), plus copies of the
+// statuses that straddle two slices.
+struct CallBytes {
+  std::string request;
+  std::vector<grpc::Slice> answer;
+  std::deque<std::string> straddling;  // a deque: the strings never move
+};
 
 class StatusCell {
  public:
   // A status parsed already.
   explicit StatusCell(v1::KeyStatus status);
   // A serialized KeyStatus of the given state: `bytes`, which lie in
-  // `answer`.
+  // `call`. `asked_key`: empty, or the serialized key asked for (also in
+  // `call`), for a status that may have been sent without it.
   StatusCell(v1::KeyState state, absl::string_view bytes,
-             std::shared_ptr<const std::string> answer);
+             absl::string_view asked_key,
+             std::shared_ptr<const CallBytes> call);
 
   StatusCell(const StatusCell&) = delete;
   StatusCell& operator=(const StatusCell&) = delete;
@@ -45,21 +65,28 @@ class StatusCell {
 
  private:
   const v1::KeyState state_;
-  const absl::string_view bytes_;
   mutable absl::once_flag parsed_;
+  const absl::string_view bytes_;
+  const absl::string_view asked_key_;
+  // In the cell, not allocated when parsed: reading a memoised entry is the
+  // hot path, and one more pointer to follow cost a cache miss there.
   mutable v1::KeyStatus status_;
-  mutable std::shared_ptr<const std::string> answer_;  // dropped once parsed
+  mutable std::shared_ptr<const CallBytes> call_;  // dropped once parsed
 };
 
-// The status of a serialized LookupResponse. An error for bytes that are
+// The status of a LookupResponse as received. An error for bytes that are
 // not a LookupResponse.
 absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
-    std::string answer);
+    const grpc::ByteBuffer& answer);
 
-// Splits a serialized BatchLookupResponse into one cell per status, in
-// order. An error for bytes that are not a BatchLookupResponse.
+// Splits a BatchLookupResponse as received into one cell per status, in
+// order; asked_keys[i] (in call->request, which the cells keep) is the key of
+// status i. An error for bytes that are not a BatchLookupResponse, or that
+// hold another number of statuses than asked_keys.
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
-CellsFromBatchAnswer(std::string answer);
+CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
+                     std::shared_ptr<CallBytes> call,
+                     absl::Span<const absl::string_view> asked_keys);
 
 }  // namespace gputune::client_internal
 

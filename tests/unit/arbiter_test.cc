@@ -362,43 +362,56 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
       {DenseKey(4), v1::KEY_STATE_BACKOFF},
       {DenseKey(5), v1::KEY_STATE_MISS},
   };
+  // What Lookup returns, less what omit_keys leaves out.
+  auto without_keys = [](v1::KeyStatus status) {
+    status.clear_key();
+    if (status.state() == v1::KEY_STATE_HIT) {
+      status.mutable_entry()->clear_key();
+    }
+    return status;
+  };
   for (const auto& [key, state] : cases) {
     INFO(KeyText(key));
     const v1::KeyStatus expected = a->Lookup(key);
     CHECK(expected.state() == state);
-    // One key, as a LookupResponse.
-    std::string bytes = "prefix";  // appended, not overwritten
     const std::string wire = key.SerializeAsString();
-    const v1::Key* one[] = {&key};
-    a->AppendLookups(one, {wire}, v1::LookupResponse::kStatusFieldNumber,
-                     &bytes);
-    REQUIRE(bytes.rfind("prefix", 0) == 0);
-    v1::LookupResponse written;
-    REQUIRE(written.ParseFromString(bytes.substr(6)));
-    CHECK(google::protobuf::util::MessageDifferencer::Equals(written.status(),
-                                                             expected));
+    const Arbiter::Ask one[] = {{KeyView::Of(key), wire}};
+    for (bool omit_keys : {false, true}) {
+      INFO("omit_keys " << omit_keys);
+      // One key, as a LookupResponse.
+      std::string bytes = "prefix";  // appended, not overwritten
+      a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber, omit_keys,
+                       &bytes);
+      REQUIRE(bytes.rfind("prefix", 0) == 0);
+      v1::LookupResponse written;
+      REQUIRE(written.ParseFromString(bytes.substr(6)));
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(
+          written.status(), omit_keys ? without_keys(expected) : expected));
+    }
   }
   // All at once, as BatchLookup answers (more keys than one lock's chunk).
   std::vector<v1::Key> keys;
   for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
   std::vector<std::string> wires;
   for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
-  std::vector<const v1::Key*> key_ptrs;
-  std::vector<absl::string_view> wire_views;
+  std::vector<Arbiter::Ask> asks;
   for (size_t i = 0; i < keys.size(); ++i) {
-    key_ptrs.push_back(&keys[i]);
-    wire_views.push_back(wires[i]);
+    asks.push_back({KeyView::Of(keys[i]), wires[i]});
   }
-  std::string bytes;
-  a->AppendLookups(key_ptrs, wire_views,
-                   v1::BatchLookupResponse::kStatusesFieldNumber, &bytes);
-  v1::BatchLookupResponse answer;
-  REQUIRE(answer.ParseFromString(bytes));
-  REQUIRE(answer.statuses_size() == 300);
-  for (int i = 0; i < 300; ++i) {
-    INFO(i);
-    CHECK(google::protobuf::util::MessageDifferencer::Equals(
-        answer.statuses(i), a->Lookup(keys[i])));
+  for (bool omit_keys : {false, true}) {
+    INFO("omit_keys " << omit_keys);
+    std::string bytes;
+    a->AppendLookups(asks, v1::BatchLookupResponse::kStatusesFieldNumber,
+                     omit_keys, &bytes);
+    v1::BatchLookupResponse answer;
+    REQUIRE(answer.ParseFromString(bytes));
+    REQUIRE(answer.statuses_size() == 300);
+    for (int i = 0; i < 300; ++i) {
+      INFO(i);
+      const v1::KeyStatus expected = a->Lookup(keys[i]);
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(
+          answer.statuses(i), omit_keys ? without_keys(expected) : expected));
+    }
   }
 }
 

@@ -106,4 +106,67 @@ TEST_CASE("AppendBytesField and AppendVarintField write what protobuf does") {
   CHECK(probe.ParseFromString(big));
 }
 
+TEST_CASE("Reader walks every field with its number, type and value") {
+  v1::Entry entry;
+  entry.mutable_execution()->set_kernel("k");
+  entry.set_speedup(1.5);                        // fixed64
+  entry.set_source(v1::SOURCE_DAEMON_MEASURED);  // varint
+  const std::string bytes = entry.SerializeAsString();
+  wire::Reader r(bytes);
+  REQUIRE(r.Next());
+  CHECK(r.field() == v1::Entry::kExecutionFieldNumber);
+  CHECK(r.type() == wire::WireType::kBytes);
+  CHECK(r.bytes() == entry.execution().SerializeAsString());
+  REQUIRE(r.Next());
+  CHECK(r.field() == v1::Entry::kSpeedupFieldNumber);
+  CHECK(r.type() == wire::WireType::kFixed64);
+  double speedup = 0;
+  const uint64_t raw = r.number();
+  memcpy(&speedup, &raw, sizeof(speedup));
+  CHECK(speedup == 1.5);
+  REQUIRE(r.Next());
+  CHECK(r.field() == v1::Entry::kSourceFieldNumber);
+  CHECK(r.number() == v1::SOURCE_DAEMON_MEASURED);
+  CHECK_FALSE(r.Next());
+  CHECK(r.ok());
+}
+
+TEST_CASE("Reader skips groups whole, nested ones too, as protobuf does") {
+  // Field 5 a group holding a varint and a nested group 6; then field 1.
+  const std::string bytes("\x2b\x08\x01\x33\x10\x02\x34\x2c\x0a\x01z", 11);
+  wire::Reader r(bytes);
+  REQUIRE(r.Next());
+  CHECK(r.field() == 5);
+  CHECK(r.type() == wire::WireType::kStartGroup);
+  REQUIRE(r.Next());
+  CHECK(r.field() == 1);
+  CHECK(r.bytes() == "z");
+  CHECK_FALSE(r.Next());
+  CHECK(r.ok());
+  v1::Execution parsed;  // protobuf reads it too: an unknown group
+  CHECK(parsed.ParseFromString(bytes));
+  CHECK(parsed.kernel() == "z");
+}
+
+TEST_CASE("Reader refuses groups that do not close and bytes cut short") {
+  auto walk = [](const std::string& bytes) {
+    wire::Reader r(bytes);
+    while (r.Next()) {
+    }
+    return r.ok();
+  };
+  CHECK_FALSE(walk(std::string("\x2b\x08\x01", 3)));  // no end-group
+  CHECK_FALSE(walk(std::string("\x2b\x34", 2)));      // ends group 6
+  CHECK_FALSE(walk(std::string("\x2c", 1)));          // a lone end
+  CHECK_FALSE(walk(std::string("\x09\x01\x02", 3)));  // fixed64 short
+  CHECK_FALSE(walk(std::string("\x0f", 1)));          // wire type 7
+  CHECK_FALSE(walk(std::string(11, '\xff')));         // varint too long
+  // Nesting deeper than protobuf allows is refused, not recursed into.
+  auto nested = [](int depth) {
+    return std::string(depth, '\x2b') + std::string(depth, '\x2c');
+  };
+  CHECK_FALSE(walk(nested(200)));
+  CHECK(walk(nested(50)));
+}
+
 }  // namespace gputune

@@ -1,0 +1,55 @@
+// KeyView: a tune key's fields, borrowed from a v1::Key or read straight
+// from its serialized bytes.
+//
+// Validation (ValidateKey), identity (AppendKeyId) and the client's memo all
+// work on a KeyView, so the daemon can answer a BatchLookup of 10,000 keys
+// without building 10,000 Key messages:
+//
+//   KeyView view;
+//   if (!ReadKeyView(key_bytes, &view)) return Invalid("not a Key");
+//   if (absl::Status s = ValidateKey(view, "key"); !s.ok()) return s;
+//   AppendKeyId(view, &id);
+#ifndef GPUTUNE_PROTO_KEY_VIEW_H_
+#define GPUTUNE_PROTO_KEY_VIEW_H_
+
+#include <cstdint>
+#include <tuple>
+
+#include "absl/strings/string_view.h"
+#include "gputune/v1/tune.pb.h"
+
+namespace gputune {
+
+// Borrows from the v1::Key or the bytes it was made from.
+struct KeyView {
+  // Which member of the key's `op` oneof is set.
+  enum class Op : uint8_t { kNone, kDense, kCustom };
+
+  Op op = Op::kNone;
+  // dense_bf16: the phase as sent (any int32: validation checks it).
+  int32_t phase = 0;
+  // dense_bf16: tokens (M), input_features (K), output_features (N).
+  uint32_t m = 0, k = 0, n = 0;
+  absl::string_view name;    // role (dense_bf16) or op (custom)
+  absl::string_view params;  // custom params; empty for dense_bf16
+  absl::string_view candidate_set;
+
+  static KeyView Of(const v1::Key& key);
+
+  auto Tie() const {
+    return std::make_tuple(op, phase, m, k, n, name, params, candidate_set);
+  }
+};
+
+// Reads a serialized v1::Key into *out, following protobuf's parsing rules
+// (the last of a repeated scalar wins, a repeated message merges, setting
+// one member of the oneof clears the other, unknown fields and fields of an
+// unexpected wire type are skipped), so that *out equals
+// KeyView::Of(parsed key). Returns false for bytes that are not protobuf.
+// Unlike protobuf it does not check strings for UTF-8: ValidateKey accepts
+// only ASCII in every field.
+bool ReadKeyView(absl::string_view bytes, KeyView* out);
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_PROTO_KEY_VIEW_H_
