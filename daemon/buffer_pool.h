@@ -5,7 +5,7 @@
 // it costs a page fault per 4 KiB (~0.7 ms a call on a 2-core VM, a third of
 // the call); a reused one is already mapped.
 //
-//   auto pool = std::make_shared<BufferPool>(4, 64 << 20);
+//   auto pool = std::make_shared<BufferPool>(4, 4 << 20);
 //   std::unique_ptr<std::string> buffer = pool->Take();  // empty
 //   ... fill it, send it ...
 //   pool->Give(std::move(buffer));  // when the transport is done with it

@@ -170,9 +170,10 @@ TuneServiceImpl::TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
       jobs_(jobs),
       store_executor_(store_executor),
       clock_(clock),
-      // As many as calls can be sending at once on two cores, each up to
-      // what 100,000 HITs take.
-      answer_buffers_(std::make_shared<BufferPool>(4, 64 << 20)) {}
+      // Two BatchLookups' halves at once; up to 4 MiB each (a 10,000-key
+      // batch's half takes ~1.5 MiB): a 100,000-key Preload's buffers are
+      // not kept for the daemon's lifetime.
+      answer_buffers_(std::make_shared<BufferPool>(4, 4 << 20)) {}
 
 grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
     grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {

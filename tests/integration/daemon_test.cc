@@ -468,6 +468,81 @@ TEST_CASE("Lookup and BatchLookup answer from bytes exactly as the messages") {
   CHECK(s.error_message().rfind("keys[1]", 0) == 0);
 }
 
+TEST_CASE(
+    "BatchLookup with omit_keys leaves out only the keys the asker sent") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  v1::RecordResponse recorded;
+  REQUIRE(Record(*stub, Claim(*stub, DenseKey(1), "p").claim().claim_id(), "k1",
+                 &recorded)
+              .ok());
+  Claim(*stub, DenseKey(2), "tuner");
+  v1::BatchLookupRequest batch;
+  for (const v1::Key& k : {DenseKey(1), DenseKey(2), DenseKey(3),
+                           DenseKey(1, 256, 256, "another-set")}) {
+    *batch.add_keys() = k;
+  }
+  v1::BatchLookupResponse full, compact;
+  REQUIRE(stub->BatchLookup(Ctx().get(), batch, &full).ok());
+  batch.set_omit_keys(true);
+  REQUIRE(stub->BatchLookup(Ctx().get(), batch, &compact).ok());
+  REQUIRE(compact.statuses_size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    INFO("key " << i);
+    v1::KeyStatus expected = full.statuses(i);
+    expected.clear_key();
+    // A HIT's entry key is the asked key; a STALE entry keeps its own.
+    if (expected.state() == v1::KEY_STATE_HIT) {
+      expected.mutable_entry()->clear_key();
+    }
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(
+        compact.statuses(i), expected));
+  }
+  CHECK(compact.statuses(3).entry().key().candidate_set() == "cs1");
+  CHECK(compact.ByteSizeLong() < full.ByteSizeLong());
+}
+
+TEST_CASE("a batch large enough to be answered in two halves keeps its order") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  // HITs spread over both halves of 3,000 keys (the daemon splits from
+  // 2,048), the rest MISSes.
+  for (uint32_t m : {1u, 1499u, 1500u, 1501u, 3000u}) {
+    v1::RecordResponse recorded;
+    REQUIRE(Record(*stub, Claim(*stub, DenseKey(m), "p").claim().claim_id(),
+                   "k" + std::to_string(m), &recorded)
+                .ok());
+  }
+  v1::BatchLookupRequest batch;
+  for (uint32_t m = 1; m <= 3000; ++m) *batch.add_keys() = DenseKey(m);
+  for (bool omit_keys : {false, true}) {
+    INFO("omit_keys " << omit_keys);
+    batch.set_omit_keys(omit_keys);
+    v1::BatchLookupResponse answer;
+    REQUIRE(stub->BatchLookup(Ctx().get(), batch, &answer).ok());
+    REQUIRE(answer.statuses_size() == 3000);
+    int hits = 0;
+    for (int i = 0; i < 3000; ++i) {
+      const v1::KeyStatus& s = answer.statuses(i);
+      const uint32_t m = static_cast<uint32_t>(i + 1);
+      if (s.state() == v1::KEY_STATE_HIT) {
+        ++hits;
+        REQUIRE(s.entry().execution().kernel() == "k" + std::to_string(m));
+      } else {
+        REQUIRE(s.state() == v1::KEY_STATE_MISS);
+      }
+      if (!omit_keys) REQUIRE(s.key().dense_bf16().tokens() == m);
+    }
+    CHECK(hits == 5);
+  }
+  // A bad key in the second half is named by its index in the request.
+  batch.mutable_keys(2500)->mutable_dense_bf16()->set_role("bad role");
+  v1::BatchLookupResponse answer;
+  grpc::Status s = stub->BatchLookup(Ctx().get(), batch, &answer);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().rfind("keys[2500].dense_bf16.role", 0) == 0);
+}
+
 TEST_CASE("without a backend the cache is served and TuneDense says why") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
