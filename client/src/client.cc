@@ -56,7 +56,6 @@ absl::Status CheckOptions(const ClientOptions& o) {
   return absl::OkStatus();
 }
 
-// An answer's bytes, in one string.
 // `key` as field `field` of a request being written by hand; returns the
 // size of the key's bytes, the last ones in *out.
 size_t AppendKeyField(uint32_t field, const v1::Key& key, std::string* out) {
