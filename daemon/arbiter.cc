@@ -143,7 +143,10 @@ namespace {
 // order, so the key (field 1) comes first.
 absl::string_view WithoutKey(absl::string_view entry) {
   wire::Reader r(entry);
-  if (!r.Next() || r.field() != v1::Entry::kKeyFieldNumber) return entry;
+  if (!r.Next() || r.field() != v1::Entry::kKeyFieldNumber ||
+      r.type() != wire::WireType::kBytes) {
+    return entry;
+  }
   const char* const after = r.bytes().data() + r.bytes().size();
   return entry.substr(static_cast<size_t>(after - entry.data()));
 }
@@ -183,9 +186,7 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
     return;
   }
   // PENDING, BACKOFF, STALE: rarer, and built as messages.
-  v1::Key key;
-  key.ParseFromArray(ask.bytes.data(), static_cast<int>(ask.bytes.size()));
-  v1::KeyStatus status = StatusLocked(key, slot, now);
+  v1::KeyStatus status = StatusLocked(KeyOf(ask.key), slot, now);
   if (omit_keys) status.clear_key();
   thread_local std::string bytes;
   bytes.clear();
@@ -222,9 +223,10 @@ void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
       for (size_t i = 0; i < n; ++i) {
         auto it = slots_.find(id(i));
         slots[i] = it == slots_.end() ? nullptr : &it->second;
-        if (slots[i] != nullptr) {
+        if (slots[i] != nullptr) {  // the first lines of its summary
           const std::string& summary = slots[i]->entry_summary;
-          for (size_t line = 0; line < summary.size(); line += 64) {
+          for (size_t line = 0; line < std::min<size_t>(summary.size(), 256);
+               line += 64) {
             __builtin_prefetch(summary.data() + line);
           }
         }

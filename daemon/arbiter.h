@@ -83,7 +83,7 @@ class Arbiter {
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One key of a Lookup or BatchLookup: its fields, valid (ValidateKey),
-  // and its serialized bytes as the asker sent them.
+  // and its serialized bytes as the asker sent them (what a status echoes).
   struct Ask {
     KeyView key;
     absl::string_view bytes;

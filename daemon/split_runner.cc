@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
+
 namespace gputune {
 
 SplitRunner::SplitRunner() : thread_([this] { Loop(); }) {}
@@ -20,21 +22,24 @@ void SplitRunner::Run(absl::FunctionRef<void(int)> half) {
     absl::MutexLock lock(&mu_);
     queue_.push_back(&task);
   }
-  half(0);
   bool mine = false;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = std::find(queue_.begin(), queue_.end(), &task);
-    if (it != queue_.end()) {  // the helper has not taken it: run it here
-      queue_.erase(it);
-      mine = true;
-    }
+    // Also when half(0) throws: the task lives on this stack, so it must
+    // leave the queue, or the helper finish with it, before it goes.
+    auto settle = absl::MakeCleanup([&] {
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = std::find(queue_.begin(), queue_.end(), &task);
+        if (it != queue_.end()) {  // the helper has not taken it
+          queue_.erase(it);
+          mine = true;
+        }
+      }
+      if (!mine) task.done.WaitForNotification();
+    });
+    half(0);
   }
-  if (mine) {
-    half(1);
-  } else {
-    task.done.WaitForNotification();
-  }
+  if (mine) half(1);
 }
 
 void SplitRunner::Loop() {

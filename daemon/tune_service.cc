@@ -1,5 +1,6 @@
 #include "daemon/tune_service.h"
 
+#include <deque>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -46,6 +47,22 @@ absl::string_view BufferBytes(const grpc::ByteBuffer& buffer,
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// Reads an ask's key from its bytes: in place when they are plain (every
+// client's serializer writes plain keys), else with protobuf's parser into
+// the message storage() returns, which must outlive the ask. False when the
+// bytes are not a Key.
+template <typename Storage>
+bool ReadAsk(Arbiter::Ask* ask, Storage storage) {
+  if (ReadPlainKeyView(ask->bytes, &ask->key)) return true;
+  v1::Key& key = storage();
+  if (!key.ParseFromArray(ask->bytes.data(),
+                          static_cast<int>(ask->bytes.size()))) {
+    return false;
+  }
+  ask->key = KeyView::Of(key);
+  return true;
 }
 
 absl::Status ValidateTtl(const google::protobuf::Duration& ttl) {
@@ -192,13 +209,15 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
   // merged key is serialized again.
   Arbiter::Ask ask;
   int keys = 0;
-  if (!wire::ForEachBytesField(bytes, v1::LookupRequest::kKeyFieldNumber,
-                               [&](absl::string_view b) {
-                                 ask.bytes = b;
-                                 ++keys;
-                               })) {
-    return Done(ctx, Invalid("request", "not a LookupRequest"));
+  wire::Reader r(bytes);
+  while (r.Next()) {
+    if (r.field() == v1::LookupRequest::kKeyFieldNumber &&
+        r.type() == wire::WireType::kBytes) {
+      ask.bytes = r.bytes();
+      ++keys;
+    }
   }
+  if (!r.ok()) return Done(ctx, Invalid("request", "not a LookupRequest"));
   std::string merged;
   if (keys > 1) {
     v1::LookupRequest parsed;
@@ -207,7 +226,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
     merged = parsed.key().SerializeAsString();
     ask.bytes = merged;
   }
-  if (!ReadKeyView(ask.bytes, &ask.key)) {
+  v1::Key parsed;
+  if (!ReadAsk(&ask, [&]() -> v1::Key& { return parsed; })) {
     return Done(ctx, Invalid("key", "not a Key"));
   }
   if (auto s = ValidateKey(ask.key, "key"); !s.ok()) return Done(ctx, s);
@@ -226,23 +246,26 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
   grpc::Slice request_slice;
   const absl::string_view bytes = BufferBytes(*request, &request_slice);
   std::vector<Arbiter::Ask> asks;
-  asks.reserve(bytes.size() / 32);  // a dense key takes ~36 bytes
+  // A dense key takes ~36 bytes; no more than the most a batch may hold.
+  asks.reserve(std::min(bytes.size() / 32, kMaxBatchKeys));
+  size_t keys = 0;
   bool omit_keys = false;
   wire::Reader r(bytes);
   while (r.Next()) {
     if (r.field() == v1::BatchLookupRequest::kKeysFieldNumber &&
         r.type() == wire::WireType::kBytes) {
-      asks.push_back({KeyView(), r.bytes()});
+      // Counted past the limit, kept only up to it.
+      if (++keys <= kMaxBatchKeys) asks.push_back({KeyView(), r.bytes()});
     } else if (r.field() == v1::BatchLookupRequest::kOmitKeysFieldNumber &&
                r.type() == wire::WireType::kVarint) {
       omit_keys = r.number() != 0;
     }
   }
   if (!r.ok()) return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
-  if (asks.empty() || asks.size() > kMaxBatchKeys) {
+  if (keys == 0 || keys > kMaxBatchKeys) {
     return Done(ctx,
                 Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
-                                             " keys, got ", asks.size())));
+                                             " keys, got ", keys)));
   }
   // Every key is checked before any is answered. A large batch is done in
   // two halves, the second on the other core if it is free: the asker is
@@ -251,6 +274,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     size_t begin = 0, end = 0;
     absl::Status error;
     std::unique_ptr<std::string> answer;
+    std::deque<v1::Key> parsed;  // keys whose bytes were not plain
   };
   const size_t split =
       asks.size() >= kSplitBatchKeys ? asks.size() / 2 : asks.size();
@@ -260,7 +284,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
   auto run = [&](int h) {
     Half& half = halves[h];
     for (size_t i = half.begin; i < half.end; ++i) {
-      if (!ReadKeyView(asks[i].bytes, &asks[i].key)) {
+      if (!ReadAsk(&asks[i],
+                   [&]() -> v1::Key& { return half.parsed.emplace_back(); })) {
         half.error = Invalid(absl::StrCat("keys[", i, "]"), "not a Key");
         return;
       }
@@ -271,11 +296,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
       }
     }
     half.answer = answer_buffers_->Take();
-    // A HIT is a summary of a few times the key's size.
-    const absl::string_view last = asks[half.end - 1].bytes;
-    half.answer->reserve(static_cast<size_t>(last.data() + last.size() -
-                                             asks[half.begin].bytes.data()) *
-                         8);
+    // What a HIT of a dense key takes, with its key (~240 bytes) or without
+    // (~160); larger entries grow the buffer.
+    half.answer->reserve((half.end - half.begin) * (omit_keys ? 192 : 256));
     arbiter_->AppendLookups(
         absl::MakeConstSpan(asks).subspan(half.begin, half.end - half.begin),
         v1::BatchLookupResponse::kStatusesFieldNumber, omit_keys,

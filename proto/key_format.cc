@@ -54,7 +54,7 @@ void AppendKeyId(const KeyView& key, std::string* out) {
     return;
   }
   // Piece by piece into one buffer: BatchLookup builds 10,000 of these.
-  char buffer[160];  // 126 at most, and the NUL FastIntToBuffer writes
+  char buffer[128];  // 126 at most
   char* at = buffer;
   auto put = [&](absl::string_view piece) {
     memcpy(at, piece.data(), piece.size());
@@ -71,11 +71,11 @@ void AppendKeyId(const KeyView& key, std::string* out) {
   }
   put(key.name);
   put("/m=");
-  at = absl::numbers_internal::FastIntToBuffer(key.m, at);
+  put(absl::AlphaNum(key.m).Piece());
   put("/k=");
-  at = absl::numbers_internal::FastIntToBuffer(key.k, at);
+  put(absl::AlphaNum(key.k).Piece());
   put("/n=");
-  at = absl::numbers_internal::FastIntToBuffer(key.n, at);
+  put(absl::AlphaNum(key.n).Piece());
   out->append(buffer, at);
 }
 

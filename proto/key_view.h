@@ -6,7 +6,11 @@
 // without building 10,000 Key messages:
 //
 //   KeyView view;
-//   if (!ReadKeyView(key_bytes, &view)) return Invalid("not a Key");
+//   v1::Key parsed;  // only for bytes that are not plain
+//   if (!ReadPlainKeyView(key_bytes, &view)) {
+//     if (!parsed.ParseFromString(key_bytes)) return Invalid("not a Key");
+//     view = KeyView::Of(parsed);
+//   }
 //   if (absl::Status s = ValidateKey(view, "key"); !s.ok()) return s;
 //   AppendKeyId(view, &id);
 #ifndef GPUTUNE_PROTO_KEY_VIEW_H_
@@ -41,14 +45,16 @@ struct KeyView {
   }
 };
 
-// Reads a serialized v1::Key into *out, following protobuf's parsing rules
-// (the last of a repeated scalar wins, a repeated message merges, setting
-// one member of the oneof clears the other, unknown fields and fields of an
-// unexpected wire type are skipped), so that *out equals
-// KeyView::Of(parsed key). Returns false for bytes that are not protobuf.
-// Unlike protobuf it does not check strings for UTF-8: ValidateKey accepts
-// only ASCII in every field.
-bool ReadKeyView(absl::string_view bytes, KeyView* out);
+// Reads a serialized v1::Key into *out in place when its bytes are plain:
+// each field at most once and with its own wire type, no unknown fields,
+// only one member of the oneof, ASCII strings. That is what any protobuf
+// serializer writes for a valid key, and for such bytes *out equals
+// KeyView::Of(the key protobuf parses). Returns false for anything else,
+// malformed bytes included: parse those with protobuf, which decides.
+bool ReadPlainKeyView(absl::string_view bytes, KeyView* out);
+
+// The key a view describes, as a message.
+v1::Key KeyOf(const KeyView& view);
 
 }  // namespace gputune
 

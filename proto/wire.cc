@@ -45,6 +45,19 @@ bool Reader::ReadLongVarint(uint64_t* value) {
   return false;  // truncated, or longer than ten bytes
 }
 
+bool Reader::ReadLongTag(uint32_t* tag) {
+  uint32_t result = 0;
+  for (int i = 0; i < 5 && at_ < end_; ++i) {
+    const uint8_t byte = static_cast<uint8_t>(*at_++);
+    result |= static_cast<uint32_t>(byte & 0x7f) << (7 * i);
+    if (byte < 0x80) {
+      *tag = result;
+      return true;
+    }
+  }
+  return false;  // truncated, or longer than five bytes
+}
+
 bool Reader::ReadOtherValue() {
   switch (type_) {
     case WireType::kFixed64:

@@ -72,13 +72,18 @@ class Reader {
     return ReadLongVarint(value);
   }
   bool ReadLongVarint(uint64_t* value);
+  // As protobuf reads a tag: at most five bytes, kept to 32 bits.
+  bool ReadLongTag(uint32_t* tag);
   // One tag and, except for groups, its value; false when malformed.
   bool ReadTagAndValue() {
-    uint64_t tag = 0;
-    if (!ReadVarint(&tag) || tag > UINT32_MAX || (tag >> 3) == 0) {
+    uint32_t tag = 0;
+    if (at_ != end_ && static_cast<uint8_t>(*at_) < 0x80) {  // most are
+      tag = static_cast<uint8_t>(*at_++);
+    } else if (!ReadLongTag(&tag)) {
       return false;
     }
-    field_ = static_cast<uint32_t>(tag >> 3);
+    if ((tag >> 3) == 0) return false;
+    field_ = tag >> 3;
     type_ = static_cast<WireType>(tag & 7);
     bytes_ = {};
     number_ = 0;

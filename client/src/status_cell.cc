@@ -3,6 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/wire.h"
 
 namespace gputune::client_internal {
@@ -62,120 +65,52 @@ absl::string_view SliceBytes(const grpc::Slice& slice) {
                            slice.size());
 }
 
-// Reads a message that lies in several slices, as gRPC receives a large
-// one, copying only what straddles two slices.
-class SliceReader {
- public:
-  SliceReader(const std::vector<grpc::Slice>& slices,
-              std::deque<std::string>* straddling)
-      : slices_(slices), straddling_(straddling) {
-    Settle();
-  }
-
-  bool AtEnd() const { return slice_ == slices_.size(); }
-
-  bool ReadVarint(uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (AtEnd()) return false;
-      const uint8_t byte = slices_[slice_].begin()[offset_];
-      Advance(1);
-      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if (byte < 0x80) return true;
-    }
-    return false;
-  }
-
-  // The next `size` bytes, in place when they lie in one slice.
-  bool Read(size_t size, absl::string_view* out) {
-    if (size == 0) {
-      *out = {};
-      return true;
-    }
-    if (AtEnd()) return false;
-    const absl::string_view here = SliceBytes(slices_[slice_]).substr(offset_);
-    if (here.size() >= size) {
-      *out = here.substr(0, size);
-      Advance(size);
-      return true;
-    }
-    std::string& copy = straddling_->emplace_back();
-    copy.reserve(size);
-    while (copy.size() < size) {
-      if (AtEnd()) return false;
-      const absl::string_view part =
-          SliceBytes(slices_[slice_]).substr(offset_, size - copy.size());
-      copy.append(part.data(), part.size());
-      Advance(part.size());
-    }
-    *out = copy;
-    return true;
-  }
-
- private:
-  void Advance(size_t n) {
-    offset_ += n;
-    Settle();
-  }
-  // Past the end of this slice (and any empty ones) to the next byte.
-  void Settle() {
-    while (slice_ < slices_.size() && offset_ >= slices_[slice_].size()) {
-      offset_ = 0;
-      ++slice_;
-    }
-  }
-
-  const std::vector<grpc::Slice>& slices_;
-  std::deque<std::string>* const straddling_;
-  size_t slice_ = 0;
-  size_t offset_ = 0;
-};
-
-// Calls fn(bytes) for each field `field` of the message received in
-// call->answer, as wire::ForEachBytesField does; false when malformed. The
-// bytes lie in `call`.
-bool ForEachAnswerField(CallBytes* call, uint32_t field,
+// Calls fn(bytes) for each field `field` of `answer`, as
+// wire::ForEachBytesField does; false when malformed. A large answer
+// arrives in several slices (held in call->answer): each field is read in
+// place, and copied into call->straddling only when it spans two slices.
+bool ForEachAnswerField(const grpc::ByteBuffer& answer, CallBytes* call,
+                        uint32_t field,
                         absl::FunctionRef<void(absl::string_view)> fn) {
   if (call->answer.size() <= 1) {
     return wire::ForEachBytesField(
         call->answer.empty() ? "" : SliceBytes(call->answer[0]), field, fn);
   }
+  using google::protobuf::internal::WireFormatLite;
+  grpc::ByteBuffer slices(answer);  // shares the slices
+  grpc::ProtoBufferReader reader(&slices);
+  google::protobuf::io::CodedInputStream in(&reader);
+  const size_t total = answer.Length();
   std::vector<absl::string_view> found;
-  SliceReader in(call->answer, &call->straddling);
-  bool group = false;
-  while (!in.AtEnd() && !group) {
-    uint64_t tag = 0, value = 0;
-    absl::string_view bytes;
-    if (!in.ReadVarint(&tag) || (tag >> 3) == 0 || tag > UINT32_MAX) {
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) {  // the end, or malformed
+      if (!in.ConsumedEntireMessage()) return false;
+      break;
+    }
+    if (static_cast<uint32_t>(WireFormatLite::GetTagFieldNumber(tag)) !=
+        field) {
+      if (!WireFormatLite::SkipField(&in, tag)) return false;
+      continue;
+    }
+    uint32_t length = 0;
+    if (WireFormatLite::GetTagWireType(tag) !=
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
+        !in.ReadVarint32(&length) ||
+        length > total - static_cast<size_t>(in.CurrentPosition())) {
       return false;
     }
-    const auto type = static_cast<wire::WireType>(tag & 7);
-    if ((tag >> 3) == field && type != wire::WireType::kBytes) return false;
-    switch (type) {
-      case wire::WireType::kVarint:
-        if (!in.ReadVarint(&value)) return false;
-        break;
-      case wire::WireType::kFixed64:
-      case wire::WireType::kFixed32:
-        if (!in.Read(type == wire::WireType::kFixed64 ? 8 : 4, &bytes)) {
-          return false;
-        }
-        break;
-      case wire::WireType::kBytes:
-        if (!in.ReadVarint(&value) || !in.Read(value, &bytes)) return false;
-        if ((tag >> 3) == field) found.push_back(bytes);
-        break;
-      default:
-        group = true;  // a proto2 group (no gputune message has one)
-        break;
+    const void* data = nullptr;
+    int size = 0;
+    if (in.GetDirectBufferPointer(&data, &size) &&
+        static_cast<uint32_t>(size) >= length) {
+      found.emplace_back(static_cast<const char*>(data), length);
+      if (!in.Skip(static_cast<int>(length))) return false;
+    } else {
+      std::string& copy = call->straddling.emplace_back();
+      if (!in.ReadString(&copy, static_cast<int>(length))) return false;
+      found.emplace_back(copy);
     }
-  }
-  if (group) {  // the general reader, on the message in one piece
-    std::string& whole = call->straddling.emplace_back();
-    for (const grpc::Slice& slice : call->answer) {
-      whole.append(SliceBytes(slice).data(), slice.size());
-    }
-    return wire::ForEachBytesField(whole, field, fn);
   }
   for (absl::string_view bytes : found) fn(bytes);
   return true;
@@ -191,7 +126,8 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
   }
   absl::string_view status;
   int statuses = 0;
-  if (!ForEachAnswerField(call.get(), v1::LookupResponse::kStatusFieldNumber,
+  if (!ForEachAnswerField(answer, call.get(),
+                          v1::LookupResponse::kStatusFieldNumber,
                           [&](absl::string_view s) {
                             status = s;
                             ++statuses;
@@ -231,7 +167,7 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
   cells.reserve(asked_keys.size());
   bool states_ok = true;
   if (!ForEachAnswerField(
-          call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
+          answer, call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
             const size_t i = cells.size();
             cells.push_back(CellOf(

@@ -112,6 +112,26 @@ TEST_CASE("statuses sent without keys get the asked keys back") {
   }
 }
 
+TEST_CASE("statuses from a daemon that ignores omit_keys keep their keys") {
+  // An older gputuned sends each status with its key: the asked keys are
+  // not needed, and must not change anything.
+  const v1::BatchLookupResponse full = Answer();
+  auto call = std::make_shared<CallBytes>();
+  v1::Key other = DenseKey(99);
+  other.SerializeToString(&call->request);
+  std::vector<absl::string_view> asked(4, call->request);
+  for (size_t slice_size : {0, 6}) {
+    INFO("slices of " << slice_size);
+    auto cells = CellsFromBatchAnswer(
+        Received(full.SerializeAsString(), slice_size), call, asked);
+    REQUIRE(cells.ok());
+    for (int i = 0; i < 4; ++i) {
+      CHECK(
+          MessageDifferencer::Equals((*cells)[i]->status(), full.statuses(i)));
+    }
+  }
+}
+
 TEST_CASE("threads reading one cell at once all see the whole parsed status") {
   const v1::BatchLookupResponse answer = Answer();
   auto cells = Cells(answer.SerializeAsString(), 4);
@@ -141,6 +161,14 @@ TEST_CASE("an answer that is not a BatchLookupResponse is an error") {
     CHECK_FALSE(Cells(whole.substr(0, whole.size() - 1), 4, slice_size).ok());
     // Another number of statuses than keys asked.
     CHECK_FALSE(Cells(whole, 5, slice_size).ok());
+  }
+  // A length far beyond the answer, in one slice or several: refused
+  // before anything is read or reserved.
+  for (size_t slice_size : {0, 2}) {
+    INFO("slices of " << slice_size);
+    CHECK_FALSE(
+        Cells(std::string("\x0a\xff\xff\xff\xff\x0fxyz", 9), 1, slice_size)
+            .ok());
   }
   // No statuses at all: no cells.
   auto none = Cells("", 0);

@@ -165,8 +165,11 @@ TEST_CASE("Reader refuses groups that do not close and bytes cut short") {
   auto nested = [](int depth) {
     return std::string(depth, '\x2b') + std::string(depth, '\x2c');
   };
-  CHECK_FALSE(walk(nested(200)));
-  CHECK(walk(nested(50)));
+  CHECK(walk(nested(100)));
+  CHECK_FALSE(walk(nested(101)));
+  // Tags as protobuf reads them: padded to five bytes at most.
+  CHECK(walk(std::string("\x88\x80\x80\x80\x00\x01", 6)));
+  CHECK_FALSE(walk(std::string("\x88\x80\x80\x80\x80\x00\x01", 7)));
 }
 
 }  // namespace gputune
