@@ -1,11 +1,13 @@
 #include "client/src/status_cell.h"
 
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/wire.h"
 
 namespace gputune::client_internal {
@@ -65,22 +67,31 @@ absl::string_view SliceBytes(const grpc::Slice& slice) {
                            slice.size());
 }
 
-// Calls fn(bytes) for each field `field` of `answer`, as
+// Calls fn(bytes) for each field `field` of the answer in call->answer, as
 // wire::ForEachBytesField does; false when malformed. A large answer
-// arrives in several slices (held in call->answer): each field is read in
-// place, and copied into call->straddling only when it spans two slices.
-bool ForEachAnswerField(const grpc::ByteBuffer& answer, CallBytes* call,
-                        uint32_t field,
+// arrives in several slices: each field is read in place, and copied into
+// call->straddling only when it spans two slices.
+bool ForEachAnswerField(CallBytes* call, uint32_t field,
                         absl::FunctionRef<void(absl::string_view)> fn) {
   if (call->answer.size() <= 1) {
     return wire::ForEachBytesField(
         call->answer.empty() ? "" : SliceBytes(call->answer[0]), field, fn);
   }
   using google::protobuf::internal::WireFormatLite;
-  grpc::ByteBuffer slices(answer);  // shares the slices
-  grpc::ProtoBufferReader reader(&slices);
-  google::protobuf::io::CodedInputStream in(&reader);
-  const size_t total = answer.Length();
+  // Over the slices in `call`, which the views must point into: a slice of
+  // a few bytes keeps them in itself, so the answer's own copy of it goes
+  // away with the answer.
+  std::deque<google::protobuf::io::ArrayInputStream> parts;
+  std::vector<google::protobuf::io::ZeroCopyInputStream*> streams;
+  size_t total = 0;
+  for (const grpc::Slice& slice : call->answer) {
+    parts.emplace_back(slice.begin(), static_cast<int>(slice.size()));
+    streams.push_back(&parts.back());
+    total += slice.size();
+  }
+  google::protobuf::io::ConcatenatingInputStream joined(
+      streams.data(), static_cast<int>(streams.size()));
+  google::protobuf::io::CodedInputStream in(&joined);
   std::vector<absl::string_view> found;
   while (true) {
     const uint32_t tag = in.ReadTag();
@@ -126,8 +137,7 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
   }
   absl::string_view status;
   int statuses = 0;
-  if (!ForEachAnswerField(answer, call.get(),
-                          v1::LookupResponse::kStatusFieldNumber,
+  if (!ForEachAnswerField(call.get(), v1::LookupResponse::kStatusFieldNumber,
                           [&](absl::string_view s) {
                             status = s;
                             ++statuses;
@@ -167,7 +177,7 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
   cells.reserve(asked_keys.size());
   bool states_ok = true;
   if (!ForEachAnswerField(
-          answer, call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
+          call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
             const size_t i = cells.size();
             cells.push_back(CellOf(
