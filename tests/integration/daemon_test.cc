@@ -96,6 +96,19 @@ v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
   return resp;
 }
 
+// Makes DenseKey(1) a HIT (kernel "k1") and DenseKey(2) PENDING; returns
+// those keys, DenseKey(3) (a MISS) and DenseKey(1) asked for another
+// candidate set (STALE), in that order.
+std::vector<v1::Key> KeysInFourStates(v1::TuneService::Stub& stub) {
+  v1::RecordResponse recorded;
+  REQUIRE(Record(stub, Claim(stub, DenseKey(1), "p").claim().claim_id(), "k1",
+                 &recorded)
+              .ok());
+  Claim(stub, DenseKey(2), "tuner");
+  return {DenseKey(1), DenseKey(2), DenseKey(3),
+          DenseKey(1, 256, 256, "another-set")};
+}
+
 }  // namespace
 
 TEST_CASE("two clients racing for one new key: one GRANTED, one PENDING") {
@@ -408,14 +421,7 @@ TEST_CASE("bad input gets INVALID_ARGUMENT naming the field, nothing changes") {
 TEST_CASE("Lookup and BatchLookup answer from bytes exactly as the messages") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::RecordResponse recorded;
-  REQUIRE(Record(*stub, Claim(*stub, DenseKey(1), "p").claim().claim_id(), "k1",
-                 &recorded)
-              .ok());
-  Claim(*stub, DenseKey(2), "tuner");  // PENDING
-  const std::vector<v1::Key> keys = {
-      DenseKey(1), DenseKey(2), DenseKey(3),
-      DenseKey(1, 256, 256, "another-set")};  // HIT, PENDING, MISS, STALE
+  const std::vector<v1::Key> keys = KeysInFourStates(*stub);
   v1::BatchLookupRequest batch;
   for (const v1::Key& k : keys) *batch.add_keys() = k;
   v1::BatchLookupResponse answer;
@@ -472,16 +478,8 @@ TEST_CASE(
     "BatchLookup with omit_keys leaves out only the keys the asker sent") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::RecordResponse recorded;
-  REQUIRE(Record(*stub, Claim(*stub, DenseKey(1), "p").claim().claim_id(), "k1",
-                 &recorded)
-              .ok());
-  Claim(*stub, DenseKey(2), "tuner");
   v1::BatchLookupRequest batch;
-  for (const v1::Key& k : {DenseKey(1), DenseKey(2), DenseKey(3),
-                           DenseKey(1, 256, 256, "another-set")}) {
-    *batch.add_keys() = k;
-  }
+  for (const v1::Key& k : KeysInFourStates(*stub)) *batch.add_keys() = k;
   v1::BatchLookupResponse full, compact;
   REQUIRE(stub->BatchLookup(Ctx().get(), batch, &full).ok());
   batch.set_omit_keys(true);
