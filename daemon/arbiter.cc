@@ -1,8 +1,11 @@
 #include "daemon/arbiter.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "proto/entry_summary.h"
@@ -66,8 +69,7 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
 void Arbiter::SetEntryLocked(const std::string& key_id,
                              const v1::Entry& entry) {
   SetEntryLocked(
-      key_id, EntrySummary(entry).SerializeAsString(),
-      entry.key().candidate_set(),
+      key_id, SerializedEntrySummary(entry), entry.key().candidate_set(),
       !fingerprint_digest_ ||
           FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_);
 }
@@ -151,10 +153,67 @@ absl::string_view WithoutKey(absl::string_view entry) {
   return entry.substr(static_cast<size_t>(after - entry.data()));
 }
 
+// The execution field of a serialized Entry (tag, length and message, in
+// `field`) and the message itself (in `execution`); false when it has none.
+// Protobuf writes it second, after the key.
+bool FindExecution(absl::string_view entry, absl::string_view* field,
+                   absl::string_view* execution) {
+  wire::Reader r(entry);
+  for (int i = 0; i < 2 && r.Next(); ++i) {
+    if (r.field() == v1::Entry::kExecutionFieldNumber &&
+        r.type() == wire::WireType::kBytes) {
+      const char* const end = r.bytes().data() + r.bytes().size();
+      const char* begin = entry.data();
+      if (i == 1) {  // after the key: start where the key ends
+        wire::Reader first(entry);
+        first.Next();
+        begin = first.bytes().data() + first.bytes().size();
+      }
+      *field = absl::string_view(begin, static_cast<size_t>(end - begin));
+      *execution = r.bytes();
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
+// The executions written in full so far, by their bytes' hash: where each
+// lies in the answer and the position of its status. Entries are found by
+// hash and confirmed by comparing bytes; on a collision the execution is
+// simply written again.
+class Arbiter::WrittenExecutions {
+ public:
+  // The position of the status that wrote `execution` in full, or 0.
+  uint32_t Find(absl::string_view execution, const std::string& out) const {
+    auto it = written_.find(absl::HashOf(execution));
+    if (it == written_.end() || it->second.size != execution.size() ||
+        out.compare(it->second.offset, it->second.size, execution.data(),
+                    execution.size()) != 0) {
+      return 0;
+    }
+    return it->second.position;
+  }
+  // Status `position` wrote `execution` in full at `offset` of the answer.
+  void Add(absl::string_view execution, size_t offset, uint32_t position) {
+    written_.try_emplace(absl::HashOf(execution),
+                         Written{offset, execution.size(), position});
+  }
+
+ private:
+  struct Written {
+    size_t offset;
+    size_t size;
+    uint32_t position;
+  };
+  absl::flat_hash_map<size_t, Written> written_;
+};
+
 void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
-                                 absl::Time now, uint32_t field, bool omit_keys,
+                                 absl::Time now, uint32_t field,
+                                 const AnswerForm& form, uint32_t position,
+                                 WrittenExecutions* written,
                                  std::string* out) const {
   // A HIT or the MISS of a key the index has never seen, as StatusLocked
   // would build it, written field by field in field-number order as
@@ -162,32 +221,66 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
   const std::string* summary = HitSummaryLocked(ask.key.candidate_set, slot);
   if (summary != nullptr || slot == nullptr) {
     const absl::string_view entry = summary == nullptr ? absl::string_view()
-                                    : omit_keys        ? WithoutKey(*summary)
-                                                : absl::string_view(*summary);
+                                    : form.omit_keys
+                                        ? WithoutKey(*summary)
+                                        : absl::string_view(*summary);
+    // The entry is written in two pieces: around its execution when it
+    // refers to an earlier status's, else whole.
+    absl::string_view before = entry, after;
+    absl::string_view execution_field, execution;
+    uint32_t execution_ref = 0;
+    if (written != nullptr &&
+        FindExecution(entry, &execution_field, &execution)) {
+      execution_ref = written->Find(execution, *out);
+      if (execution_ref != 0) {
+        const size_t cut =
+            static_cast<size_t>(execution_field.data() - entry.data());
+        before = entry.substr(0, cut);
+        after = entry.substr(cut + execution_field.size());
+      }
+    }
+    const size_t entry_size = before.size() + after.size();
     const size_t size =
-        (omit_keys ? 0
-                   : wire::BytesFieldSize(v1::KeyStatus::kKeyFieldNumber,
-                                          ask.bytes.size())) +
+        (form.omit_keys ? 0
+                        : wire::BytesFieldSize(v1::KeyStatus::kKeyFieldNumber,
+                                               ask.bytes.size())) +
         2 +  // the state: a one-byte tag and a one-byte value
         (summary == nullptr
              ? 0
              : wire::BytesFieldSize(v1::KeyStatus::kEntryFieldNumber,
-                                    entry.size()));
+                                    entry_size)) +
+        (execution_ref == 0
+             ? 0
+             : wire::VarintFieldSize(v1::KeyStatus::kExecutionRefFieldNumber,
+                                     execution_ref));
     wire::AppendBytesFieldHeader(field, size, out);
-    if (!omit_keys) {
+    if (!form.omit_keys) {
       wire::AppendBytesField(v1::KeyStatus::kKeyFieldNumber, ask.bytes, out);
     }
     wire::AppendVarintField(
         v1::KeyStatus::kStateFieldNumber,
         summary == nullptr ? v1::KEY_STATE_MISS : v1::KEY_STATE_HIT, out);
     if (summary != nullptr) {
-      wire::AppendBytesField(v1::KeyStatus::kEntryFieldNumber, entry, out);
+      wire::AppendBytesFieldHeader(v1::KeyStatus::kEntryFieldNumber, entry_size,
+                                   out);
+      const size_t entry_offset = out->size();
+      out->append(before.data(), before.size());
+      out->append(after.data(), after.size());
+      if (execution_ref != 0) {
+        wire::AppendVarintField(v1::KeyStatus::kExecutionRefFieldNumber,
+                                execution_ref, out);
+      } else if (!execution.empty()) {
+        written->Add(
+            execution,
+            entry_offset + static_cast<size_t>(execution.data() - entry.data()),
+            position);
+      }
     }
     return;
   }
   // PENDING, BACKOFF, STALE: rarer, and built as messages.
   v1::KeyStatus status = StatusLocked(KeyOf(ask.key), slot, now);
-  if (omit_keys) status.clear_key();
+  if (form.omit_keys) status.clear_key();
   thread_local std::string bytes;
   bytes.clear();
   status.AppendToString(&bytes);
@@ -195,7 +288,7 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
 }
 
 void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
-                            bool omit_keys, std::string* out) const {
+                            const AnswerForm& form, std::string* out) const {
   constexpr size_t kChunk = 256;  // keys per lock: writers wait little
   // Keys whose index slots and summaries are fetched from memory together:
   // one at a time, a batch of 10,000 waits on three cache misses per key in
@@ -204,6 +297,8 @@ void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
   thread_local std::string ids;
   size_t id_end[kGroup];
   const Slot* slots[kGroup];
+  std::optional<WrittenExecutions> written;
+  if (form.share_executions) written.emplace();
   for (size_t start = 0; start < asks.size(); start += kChunk) {
     const size_t chunk_end = std::min(asks.size(), start + kChunk);
     const absl::Time now = clock_->Now();
@@ -232,8 +327,10 @@ void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
         }
       }
       for (size_t i = 0; i < n; ++i) {
-        AppendLookupLocked(asks[group + i], slots[i], now, field, omit_keys,
-                           out);
+        const size_t position = form.first_status + group + i + 1;
+        AppendLookupLocked(asks[group + i], slots[i], now, field, form,
+                           static_cast<uint32_t>(position),
+                           written ? &*written : nullptr, out);
       }
     }
   }

@@ -89,16 +89,30 @@ class Arbiter {
     absl::string_view bytes;
   };
 
+  // How AppendLookups writes statuses (BatchLookupRequest's options).
+  struct AnswerForm {
+    // Leave out each status's key, and a HIT entry's key: both equal the
+    // asked key.
+    bool omit_keys = false;
+    // Write each HIT's execution once: a later HIT with the same execution
+    // leaves it out and sets KeyStatus.execution_ref.
+    bool share_executions = false;
+    // Where the first ask's status stands in the whole answer (0-based), for
+    // an answer written in parts: execution_ref counts from its start, and
+    // refers only to statuses of the same part.
+    size_t first_status = 0;
+  };
+
   // Lookup(key) for each ask in order, serialized, appended to `out` as
   // field `field` of the enclosing message (LookupResponse.status,
   // BatchLookupResponse.statuses): the hot path of the Lookup and
-  // BatchLookup RPCs. A status's key is the ask's bytes; with `omit_keys`
-  // it is left out, and so is a HIT entry's key (it equals the asked key).
-  // HITs and MISSes are written from bytes (the asked key's, the entry's
-  // stored serialized summary), building no messages. Takes the lock once
-  // per few hundred keys.
-  void AppendLookups(absl::Span<const Ask> asks, uint32_t field, bool omit_keys,
-                     std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
+  // BatchLookup RPCs. A status's key is the ask's bytes, unless `form` says
+  // otherwise. HITs and MISSes are written from bytes (the asked key's, the
+  // entry's stored serialized summary), building no messages. Takes the
+  // lock once per few hundred keys.
+  void AppendLookups(absl::Span<const Ask> asks, uint32_t field,
+                     const AnswerForm& form, std::string* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
@@ -216,9 +230,13 @@ class Arbiter {
   // HIT, else null.
   static const std::string* HitSummaryLocked(absl::string_view candidate_set,
                                              const Slot* slot);
-  // One status of AppendLookups.
+  // The executions an AppendLookups call has written in full (arbiter.cc).
+  class WrittenExecutions;
+  // One status of AppendLookups, the `position`th (1-based) of the answer;
+  // `written` is null unless form.share_executions.
   void AppendLookupLocked(const Ask& ask, const Slot* slot, absl::Time now,
-                          uint32_t field, bool omit_keys,
+                          uint32_t field, const AnswerForm& form,
+                          uint32_t position, WrittenExecutions* written,
                           std::string* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static std::string StaleReasonFor(bool fingerprint_matches,

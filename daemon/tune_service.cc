@@ -234,7 +234,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
   thread_local std::string answer;
   answer.clear();
   arbiter_->AppendLookups({&ask, 1}, v1::LookupResponse::kStatusFieldNumber,
-                          /*omit_keys=*/false, &answer);
+                          Arbiter::AnswerForm(), &answer);
   grpc::Slice slice(answer.data(), answer.size());  // a copy: small
   *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());
@@ -249,7 +249,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
   // A dense key takes ~36 bytes; no more than the most a batch may hold.
   asks.reserve(std::min(bytes.size() / 32, kMaxBatchKeys));
   size_t keys = 0;
-  bool omit_keys = false;
+  Arbiter::AnswerForm form;
   wire::Reader r(bytes);
   while (r.Next()) {
     if (r.field() == v1::BatchLookupRequest::kKeysFieldNumber &&
@@ -258,7 +258,11 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
       if (++keys <= kMaxBatchKeys) asks.push_back({KeyView(), r.bytes()});
     } else if (r.field() == v1::BatchLookupRequest::kOmitKeysFieldNumber &&
                r.type() == wire::WireType::kVarint) {
-      omit_keys = r.number() != 0;
+      form.omit_keys = r.number() != 0;
+    } else if (r.field() ==
+                   v1::BatchLookupRequest::kShareExecutionsFieldNumber &&
+               r.type() == wire::WireType::kVarint) {
+      form.share_executions = r.number() != 0;
     }
   }
   if (!r.ok()) return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
@@ -297,11 +301,16 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     }
     half.answer = answer_buffers_->Take();
     // What a HIT of a dense key takes, with its key (~240 bytes) or without
-    // (~160); larger entries grow the buffer.
-    half.answer->reserve((half.end - half.begin) * (omit_keys ? 192 : 256));
+    // (~160), ~100 less with a shared execution; larger entries grow the
+    // buffer.
+    half.answer->reserve(
+        (half.end - half.begin) *
+        ((form.omit_keys ? 192 : 256) - (form.share_executions ? 96 : 0)));
+    Arbiter::AnswerForm half_form = form;
+    half_form.first_status = half.begin;
     arbiter_->AppendLookups(
         absl::MakeConstSpan(asks).subspan(half.begin, half.end - half.begin),
-        v1::BatchLookupResponse::kStatusesFieldNumber, omit_keys,
+        v1::BatchLookupResponse::kStatusesFieldNumber, half_form,
         half.answer.get());
   };
   if (split < asks.size()) {

@@ -1,8 +1,22 @@
 #include "entry_summary.h"
 
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+
 namespace gputune {
 
-v1::Entry EntrySummary(const v1::Entry& entry) {
+std::string DeterministicBytes(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
+std::string SerializedEntrySummary(const v1::Entry& entry) {
   v1::Entry summary;
   *summary.mutable_key() = entry.key();
   *summary.mutable_execution() = entry.execution();
@@ -18,7 +32,7 @@ v1::Entry EntrySummary(const v1::Entry& entry) {
     *summary.mutable_measured_at() = entry.measured_at();
   }
   summary.set_recorded_by(entry.recorded_by());
-  return summary;
+  return DeterministicBytes(summary);
 }
 
 }  // namespace gputune

@@ -146,4 +146,10 @@ void AppendVarintField(uint32_t field, uint64_t value, std::string* out) {
   AppendVarint(value, out);
 }
 
+size_t VarintFieldSize(uint32_t field, uint64_t value) {
+  return VarintSize(WireFormatLite::MakeTag(static_cast<int>(field),
+                                            WireFormatLite::WIRETYPE_VARINT)) +
+         VarintSize(value);
+}
+
 }  // namespace gputune::wire

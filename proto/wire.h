@@ -136,8 +136,10 @@ size_t BytesFieldSize(uint32_t field, size_t length);
 void AppendBytesField(uint32_t field, absl::string_view bytes,
                       std::string* out);
 
-// Appends varint field `field` (an int or enum field) holding `value`.
+// Appends varint field `field` (an int or enum field) holding `value`; and
+// how many bytes that takes.
 void AppendVarintField(uint32_t field, uint64_t value, std::string* out);
+size_t VarintFieldSize(uint32_t field, uint64_t value);
 
 }  // namespace gputune::wire
 

@@ -249,7 +249,7 @@ absl::Status TuneStore::PutLocked(const v1::Entry& entry) {
   st->BindText(5, FingerprintDigest(entry.fingerprint()));
   st->BindText(6, entry.key().candidate_set());
   st->BindInt(7, absl::ToUnixMillis(absl::Now()));
-  st->BindBlob(8, EntrySummary(entry).SerializeAsString());
+  st->BindBlob(8, SerializedEntrySummary(entry));
   st->BindBlob(9, entry.SerializeAsString());
   return st->Run();
 }

@@ -3,7 +3,7 @@
 // Schema (PRAGMA user_version = 1):
 //   entries(key_id TEXT PRIMARY KEY, op, phase, role, fingerprint (digest),
 //           candidate_set, updated_at,
-//           summary BLOB,  -- serialized EntrySummary (what lookups return)
+//           summary BLOB,  -- serialized entry summary (what lookups return)
 //           entry BLOB)    -- the serialized gputune.v1.Entry
 //   meta(name TEXT PRIMARY KEY, value INTEGER)  -- e.g. the claim-id high water
 //
@@ -71,7 +71,7 @@ class TuneStore {
       const StoreOptions& options, OpenReport* report);
 
   // Calls fn for every entry with what the in-memory index needs (key id,
-  // serialized EntrySummary, candidate set, fingerprint digest), in key
+  // serialized entry summary, candidate set, fingerprint digest), in key
   // order, a page at a time, without holding the store's lock. Parses
   // nothing: a restart with 100k entries stays fast.
   absl::Status ForEachSummary(

@@ -486,6 +486,7 @@ int Orchestrate(const Flags& flags) {
     v1::BatchLookupRequest request;
     for (const v1::Key& k : batch_keys) *request.add_keys() = k;
     request.set_omit_keys(true);
+    request.set_share_executions(true);
     batch_request_bytes = request.ByteSizeLong();
     auto stub = v1::TuneService::NewStub(grpc::CreateCustomChannel(
         b.daemon_endpoint, grpc::InsecureChannelCredentials(),

@@ -131,7 +131,8 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   // first use: a batch of 10,000 keys would otherwise copy every key into a
   // request and parse some fifteen messages per answer before returning.
   // The statuses come without keys (omit_keys): each cell reads its key
-  // from the request.
+  // from the request. Each execution comes once (share_executions): a cell
+  // takes a repeated one from the cell of the status that carried it.
   auto call = std::make_shared<client_internal::CallBytes>();
   std::string& request = call->request;
   request.reserve(count * 48 + 2);
@@ -143,6 +144,8 @@ absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
   }
   wire::AppendVarintField(v1::BatchLookupRequest::kOmitKeysFieldNumber, 1,
                           &request);
+  wire::AppendVarintField(v1::BatchLookupRequest::kShareExecutionsFieldNumber,
+                          1, &request);
   std::vector<absl::string_view> asked_keys(count);
   for (size_t i = 0; i < count; ++i) {
     asked_keys[i] = absl::string_view(request).substr(key_spans[i].first,

@@ -19,11 +19,13 @@ StatusCell::StatusCell(v1::KeyStatus status)
 
 StatusCell::StatusCell(v1::KeyState state, absl::string_view bytes,
                        absl::string_view asked_key,
-                       std::shared_ptr<const CallBytes> call)
+                       std::shared_ptr<const CallBytes> call,
+                       std::shared_ptr<const StatusCell> execution_source)
     : state_(state),
       bytes_(bytes),
       asked_key_(asked_key),
-      call_(std::move(call)) {}
+      call_(std::move(call)),
+      execution_source_(std::move(execution_source)) {}
 
 const v1::KeyStatus& StatusCell::status() const {
   absl::call_once(parsed_, [this] {
@@ -41,12 +43,41 @@ const v1::KeyStatus& StatusCell::status() const {
         status.has_entry() && !status.entry().has_key()) {
       *status.mutable_entry()->mutable_key() = status.key();
     }
+    // Sent without its execution (share_executions): the earlier status's.
+    if (execution_source_ != nullptr && status.execution_ref() != 0) {
+      const v1::KeyStatus& source = execution_source_->status();
+      *status.mutable_entry()->mutable_execution() = source.entry().execution();
+      status.clear_execution_ref();
+    }
     call_.reset();
+    execution_source_.reset();
   });
   return status_;
 }
 
 namespace {
+
+// The state and execution_ref of the serialized KeyStatus `status`, read
+// without parsing it; false when it is not protobuf or either field is not
+// a varint.
+bool ReadStateAndRef(absl::string_view status, v1::KeyState* state,
+                     uint64_t* execution_ref) {
+  *state = v1::KEY_STATE_UNSPECIFIED;
+  *execution_ref = 0;
+  wire::Reader r(status);
+  while (r.Next()) {
+    const bool is_state = r.field() == v1::KeyStatus::kStateFieldNumber;
+    const bool is_ref = r.field() == v1::KeyStatus::kExecutionRefFieldNumber;
+    if (!is_state && !is_ref) continue;
+    if (r.type() != wire::WireType::kVarint) return false;
+    if (is_state) {
+      *state = static_cast<v1::KeyState>(r.number());
+    } else {
+      *execution_ref = r.number();
+    }
+  }
+  return r.ok();
+}
 
 // A cell for the serialized KeyStatus `status` (of the key `asked_key`, or
 // empty), which lies in `call`; null when its state cannot be read.
@@ -175,18 +206,43 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
   }
   std::vector<std::shared_ptr<const StatusCell>> cells;
   cells.reserve(asked_keys.size());
-  bool states_ok = true;
+  // Whether each status has an execution_ref: a ref may only name one
+  // without, so that a cell's parse looks back one step at most.
+  std::vector<bool> refers;
+  refers.reserve(asked_keys.size());
+  std::string error;
   if (!ForEachAnswerField(
           call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
+            if (!error.empty()) return;
             const size_t i = cells.size();
-            cells.push_back(CellOf(
-                status, i < asked_keys.size() ? asked_keys[i] : "", call));
-            states_ok = states_ok && cells.back() != nullptr;
-          }) ||
-      !states_ok) {
+            v1::KeyState state;
+            uint64_t ref = 0;
+            if (!ReadStateAndRef(status, &state, &ref)) {
+              error = "is not a BatchLookupResponse";
+              return;
+            }
+            std::shared_ptr<const StatusCell> source;
+            if (ref != 0) {
+              if (ref > i || refers[ref - 1] ||
+                  (cells[ref - 1]->state() != v1::KEY_STATE_HIT &&
+                   cells[ref - 1]->state() != v1::KEY_STATE_STALE)) {
+                error = absl::StrCat("refers status ", i + 1, " to status ",
+                                     ref, ", which has no execution to share");
+                return;
+              }
+              source = cells[ref - 1];
+            }
+            refers.push_back(ref != 0);
+            cells.push_back(std::make_shared<const StatusCell>(
+                state, status, i < asked_keys.size() ? asked_keys[i] : "", call,
+                std::move(source)));
+          })) {
+    error = "is not a BatchLookupResponse";
+  }
+  if (!error.empty()) {
     return absl::InternalError(
-        "gputuned's BatchLookup answer is not a BatchLookupResponse");
+        absl::StrCat("gputuned's BatchLookup answer ", error));
   }
   if (cells.size() != asked_keys.size()) {
     return absl::InternalError(absl::StrCat("gputuned answered ", cells.size(),

@@ -14,6 +14,10 @@
 // them already, in its request. A cell then holds its key's bytes too, and
 // puts the key back into the status (and a HIT's entry) when it parses.
 //
+// It also asks for each execution once (share_executions): a status whose
+// execution equals an earlier one's refers to that status's cell, and takes
+// the execution from it when it parses.
+//
 // Each cell has its own reference count: threads looking up different keys
 // of one batch share no cache line on the memo's hot path.
 #ifndef GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
@@ -51,9 +55,11 @@ class StatusCell {
   // A serialized KeyStatus of the given state: `bytes`, which lie in
   // `call`. `asked_key`: empty, or the serialized key asked for (also in
   // `call`), for a status that may have been sent without it.
+  // `execution_source`: null, or the cell of the status its execution_ref
+  // names (one that has no execution_ref itself).
   StatusCell(v1::KeyState state, absl::string_view bytes,
-             absl::string_view asked_key,
-             std::shared_ptr<const CallBytes> call);
+             absl::string_view asked_key, std::shared_ptr<const CallBytes> call,
+             std::shared_ptr<const StatusCell> execution_source = nullptr);
 
   StatusCell(const StatusCell&) = delete;
   StatusCell& operator=(const StatusCell&) = delete;
@@ -71,7 +77,9 @@ class StatusCell {
   // In the cell, not allocated when parsed: reading a memoised entry is the
   // hot path, and one more pointer to follow cost a cache miss there.
   mutable v1::KeyStatus status_;
-  mutable std::shared_ptr<const CallBytes> call_;  // dropped once parsed
+  // Both dropped once parsed.
+  mutable std::shared_ptr<const CallBytes> call_;
+  mutable std::shared_ptr<const StatusCell> execution_source_;
 };
 
 // The status of a LookupResponse as received. An error for bytes that are
@@ -81,8 +89,9 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
 
 // Splits a BatchLookupResponse as received into one cell per status, in
 // order; asked_keys[i] (in call->request, which the cells keep) is the key of
-// status i. An error for bytes that are not a BatchLookupResponse, or that
-// hold another number of statuses than asked_keys.
+// status i. An error for bytes that are not a BatchLookupResponse, that
+// hold another number of statuses than asked_keys, or whose execution_refs
+// do not each name an earlier HIT or STALE status without one.
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
 CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
                      std::shared_ptr<CallBytes> call,

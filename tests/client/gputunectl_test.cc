@@ -6,9 +6,8 @@
 
 #include "client/gputunectl/cli.h"
 #include "client/gputunectl/entry_io.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/entry_summary.h"
 #include "proto/key_format.h"
 #include "tests/client/client_test_support.h"
 #include "tests/support/catch.h"
@@ -28,14 +27,8 @@ const char kKey[] = "dense_bf16/decode/attn.qkv/m=1/k=256/n=512@cs1";
 // Deterministic bytes (map fields in key order) of what must survive an
 // export/import: the execution and every measurement.
 std::string Payload(const v1::Entry& e) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream raw(&out);
-    google::protobuf::io::CodedOutputStream coded(&raw);
-    coded.SetSerializationDeterministic(true);
-    e.execution().SerializeToCodedStream(&coded);
-    for (const auto& m : e.measurements()) m.SerializeToCodedStream(&coded);
-  }
+  std::string out = DeterministicBytes(e.execution());
+  for (const auto& m : e.measurements()) out += DeterministicBytes(m);
   return out;
 }
 

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <thread>
 
+#include "google/protobuf/util/message_differencer.h"
 #include "proto/key_format.h"
 #include "tests/client/client_test_support.h"
 #include "tests/support/catch.h"
@@ -143,6 +144,37 @@ TEST_CASE("BatchLookup answers in request order") {
   std::vector<v1::Key> with_bad = {hit, DenseKey(0)};
   REQUIRE(std::string(client->BatchLookup(with_bad).status().message())
               .find("keys[1]") != std::string::npos);
+}
+
+TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
+  // 3,000 keys (the daemon answers in two halves), a HIT in every third with
+  // one of four executions: the daemon sends each execution once a half,
+  // and the client puts it back in every entry.
+  DaemonProcess daemon({"--backend=none"});
+  std::vector<v1::Key> keys;
+  {
+    auto writer = ClientOf(daemon);
+    for (int i = 0; i < 3000; ++i) {
+      keys.push_back(CustomKey("whole=" + std::to_string(i)));
+      if (i % 3 == 0)
+        MakeHit(*writer, keys.back(), "k" + std::to_string(i % 4));
+    }
+  }
+  ClientOptions no_memo;
+  no_memo.memo_capacity = 0;
+  auto single = ClientOf(daemon, no_memo);
+  auto client = ClientOf(daemon);
+  absl::StatusOr<std::vector<LookupResult>> batch = client->BatchLookup(keys);
+  REQUIRE(batch.ok());
+  REQUIRE(batch->size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    INFO(KeyText(keys[i]));
+    absl::StatusOr<LookupResult> one = single->Lookup(keys[i]);
+    REQUIRE(one.ok());
+    REQUIRE((*batch)[i].state() == one->state());
+    REQUIRE(google::protobuf::util::MessageDifferencer::Equals(
+        (*batch)[i].status(), one->status()));
+  }
 }
 
 TEST_CASE("a memoised entry deleted in the daemon is dropped after memo_ttl") {

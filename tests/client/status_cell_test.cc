@@ -132,6 +132,58 @@ TEST_CASE("statuses from a daemon that ignores omit_keys keep their keys") {
   }
 }
 
+TEST_CASE("statuses sent without their execution take it from the named one") {
+  // What gputuned sends for share_executions: statuses 5 and 6 are HITs
+  // with the execution of status 1, the first HIT; status 7 is a HIT with
+  // the execution of status 3, a STALE one.
+  v1::BatchLookupResponse full = Answer();
+  for (int from : {0, 0, 2}) {
+    v1::KeyStatus* s = full.add_statuses();
+    *s = full.statuses(0);
+    *s->mutable_key() = DenseKey(full.statuses_size());
+    *s->mutable_entry()->mutable_key() = s->key();
+    *s->mutable_entry()->mutable_execution() =
+        full.statuses(from).entry().execution();
+    s->mutable_entry()->set_recorded_by("r" + std::to_string(from));
+  }
+  v1::BatchLookupResponse sent = full;
+  const int refs[] = {0, 0, 0, 0, 1, 1, 3};
+  for (int i = 0; i < sent.statuses_size(); ++i) {
+    if (refs[i] == 0) continue;
+    sent.mutable_statuses(i)->mutable_entry()->clear_execution();
+    sent.mutable_statuses(i)->set_execution_ref(refs[i]);
+  }
+  for (size_t slice_size : {0, 4}) {
+    INFO("slices of " << slice_size);
+    auto cells = Cells(sent.SerializeAsString(), 7, slice_size);
+    REQUIRE(cells.ok());
+    // Read last first: a cell parses the one it names when it needs it.
+    for (int i = 6; i >= 0; --i) {
+      INFO(i);
+      CHECK(
+          MessageDifferencer::Equals((*cells)[i]->status(), full.statuses(i)));
+    }
+    // A cell kept alone still has what it needs.
+    cells = Cells(sent.SerializeAsString(), 7, slice_size);
+    REQUIRE(cells.ok());
+    const std::shared_ptr<const StatusCell> kept = (*cells)[6];
+    cells->clear();
+    CHECK(MessageDifferencer::Equals(kept->status(), full.statuses(6)));
+  }
+  // Each bad reference: to itself, to a later status, to one with no entry
+  // (a MISS, a PENDING), to one that refers on itself.
+  for (auto [status, ref] : std::vector<std::pair<int, int>>{
+           {4, 5}, {4, 6}, {4, 2}, {4, 4}, {5, 5}}) {
+    INFO("status " << status + 1 << " refers to " << ref);
+    v1::BatchLookupResponse bad = sent;
+    bad.mutable_statuses(status)->set_execution_ref(ref);
+    auto cells = Cells(bad.SerializeAsString(), 7);
+    REQUIRE_FALSE(cells.ok());
+    CHECK_THAT(std::string(cells.status().message()),
+               Catch::Contains("which has no execution to share"));
+  }
+}
+
 TEST_CASE("threads reading one cell at once all see the whole parsed status") {
   const v1::BatchLookupResponse answer = Answer();
   auto cells = Cells(answer.SerializeAsString(), 4);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -539,6 +540,46 @@ TEST_CASE("a batch large enough to be answered in two halves keeps its order") {
   grpc::Status s = stub->BatchLookup(Ctx().get(), batch, &answer);
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(s.error_message().rfind("keys[2500].dense_bf16.role", 0) == 0);
+}
+
+TEST_CASE(
+    "BatchLookup with share_executions sends each execution once a half") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  // HITs with two executions ("k0", "k1") in both halves of 3,000 keys.
+  const std::vector<uint32_t> hits = {1, 2, 3, 1499, 1500, 1501, 1502, 3000};
+  for (uint32_t m : hits) {
+    v1::RecordResponse recorded;
+    REQUIRE(Record(*stub, Claim(*stub, DenseKey(m), "p").claim().claim_id(),
+                   "k" + std::to_string(m % 2), &recorded)
+                .ok());
+  }
+  v1::BatchLookupRequest batch;
+  for (uint32_t m = 1; m <= 3000; ++m) *batch.add_keys() = DenseKey(m);
+  v1::BatchLookupResponse full, shared;
+  REQUIRE(stub->BatchLookup(Ctx().get(), batch, &full).ok());
+  batch.set_share_executions(true);
+  REQUIRE(stub->BatchLookup(Ctx().get(), batch, &shared).ok());
+  REQUIRE(shared.statuses_size() == 3000);
+  // Each half (statuses 1..1500, 1501..3000) sends each execution in full
+  // at its first HIT; later HITs name that status.
+  const std::map<uint32_t, uint32_t> refs = {
+      {3, 1}, {1499, 1}, {1500, 2}, {3000, 1502}};
+  for (int i = 0; i < 3000; ++i) {
+    const uint32_t position = static_cast<uint32_t>(i + 1);
+    INFO("status " << position);
+    v1::KeyStatus expected = full.statuses(i);
+    auto ref = refs.find(position);
+    if (ref != refs.end()) {
+      expected.mutable_entry()->clear_execution();
+      expected.set_execution_ref(ref->second);
+      CHECK(full.statuses(ref->second - 1).entry().execution().kernel() ==
+            full.statuses(i).entry().execution().kernel());
+    }
+    REQUIRE(google::protobuf::util::MessageDifferencer::Equals(
+        shared.statuses(i), expected));
+  }
+  CHECK(shared.ByteSizeLong() < full.ByteSizeLong());
 }
 
 TEST_CASE("without a backend the cache is served and TuneDense says why") {

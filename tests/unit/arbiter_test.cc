@@ -2,10 +2,12 @@
 #include "daemon/arbiter.h"
 
 #include <atomic>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "google/protobuf/util/message_differencer.h"
+#include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
@@ -344,16 +346,67 @@ TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
   CHECK(a->GetStats().backoff_keys == 0);
 }
 
+// What AppendLookups writes for `status` (what Lookup returns) in `form`:
+// the keys left out with omit_keys; with share_executions, a HIT's
+// execution replaced by the position of the first HIT in `first` (by
+// execution bytes) that carried it, or noted there at `position`.
+v1::KeyStatus AsWritten(v1::KeyStatus status, const Arbiter::AnswerForm& form,
+                        uint32_t position,
+                        std::map<std::string, uint32_t>* first) {
+  if (form.omit_keys) {
+    status.clear_key();
+    if (status.state() == v1::KEY_STATE_HIT) {
+      status.mutable_entry()->clear_key();
+    }
+  }
+  if (form.share_executions && status.state() == v1::KEY_STATE_HIT) {
+    const std::string bytes = DeterministicBytes(status.entry().execution());
+    auto [it, added] = first->try_emplace(bytes, position);
+    if (!added) {
+      status.mutable_entry()->clear_execution();
+      status.set_execution_ref(it->second);
+    }
+  }
+  return status;
+}
+
+std::vector<Arbiter::AnswerForm> EveryForm(size_t first_status = 0) {
+  std::vector<Arbiter::AnswerForm> forms;
+  for (bool omit_keys : {false, true}) {
+    for (bool share : {false, true}) {
+      forms.push_back({omit_keys, share, first_status});
+    }
+  }
+  return forms;
+}
+
 TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   f.options.backoff_abandons = 1;
   auto a = f.Make();
-  // HIT, STALE (candidate set; fingerprint), PENDING, BACKOFF and MISS.
+  // HIT, STALE (candidate set; fingerprint), PENDING, BACKOFF and MISS; and
+  // more HITs: one with the first HIT's execution, two with another, its
+  // params set in opposite orders (the daemon keeps them in key order).
   REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1), "p"), Fp("gpu")).ok());
   a->Install({EntryFor(DenseKey(2), Fp("other-gpu"))});
   Grant(*a, DenseKey(3), "tuner");
   REQUIRE(a->Abandon(Grant(*a, DenseKey(4), "p")).ok());
+  std::vector<v1::Entry> hits;
+  for (int i = 0; i < 3; ++i) {
+    v1::Entry e = EntryFor(DenseKey(6 + i), Fp("gpu"));
+    if (i > 0) {
+      auto& params = *e.mutable_execution()->mutable_params();
+      params.clear();
+      for (int p = 0; p < 8; ++p) {
+        const int name = i == 1 ? p : 7 - p;
+        params[absl::StrCat("p", name)] = name;
+      }
+    }
+    e.set_recorded_by("installed");
+    hits.push_back(e);
+  }
+  a->Install(hits);
   const std::vector<std::pair<v1::Key, v1::KeyState>> cases = {
       {DenseKey(1), v1::KEY_STATE_HIT},
       {DenseKey(1, 256, 256, "another-set"), v1::KEY_STATE_STALE},
@@ -361,14 +414,9 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
       {DenseKey(3), v1::KEY_STATE_PENDING},
       {DenseKey(4), v1::KEY_STATE_BACKOFF},
       {DenseKey(5), v1::KEY_STATE_MISS},
-  };
-  // What Lookup returns, less what omit_keys leaves out.
-  auto without_keys = [](v1::KeyStatus status) {
-    status.clear_key();
-    if (status.state() == v1::KEY_STATE_HIT) {
-      status.mutable_entry()->clear_key();
-    }
-    return status;
+      {DenseKey(6), v1::KEY_STATE_HIT},
+      {DenseKey(7), v1::KEY_STATE_HIT},
+      {DenseKey(8), v1::KEY_STATE_HIT},
   };
   for (const auto& [key, state] : cases) {
     INFO(KeyText(key));
@@ -376,20 +424,23 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
     CHECK(expected.state() == state);
     const std::string wire = key.SerializeAsString();
     const Arbiter::Ask one[] = {{KeyView::Of(key), wire}};
-    for (bool omit_keys : {false, true}) {
-      INFO("omit_keys " << omit_keys);
-      // One key, as a LookupResponse.
+    for (const Arbiter::AnswerForm& form : EveryForm()) {
+      INFO("omit_keys " << form.omit_keys << " share_executions "
+                        << form.share_executions);
+      // One key, as a LookupResponse: nothing earlier to share with.
       std::string bytes = "prefix";  // appended, not overwritten
-      a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber, omit_keys,
+      a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber, form,
                        &bytes);
       REQUIRE(bytes.rfind("prefix", 0) == 0);
       v1::LookupResponse written;
       REQUIRE(written.ParseFromString(bytes.substr(6)));
+      std::map<std::string, uint32_t> first;
       CHECK(google::protobuf::util::MessageDifferencer::Equals(
-          written.status(), omit_keys ? without_keys(expected) : expected));
+          written.status(), AsWritten(expected, form, 1, &first)));
     }
   }
-  // All at once, as BatchLookup answers (more keys than one lock's chunk).
+  // All at once, as BatchLookup answers (more keys than one lock's chunk),
+  // and as the second part of a larger answer.
   std::vector<v1::Key> keys;
   for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
   std::vector<std::string> wires;
@@ -398,19 +449,30 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   for (size_t i = 0; i < keys.size(); ++i) {
     asks.push_back({KeyView::Of(keys[i]), wires[i]});
   }
-  for (bool omit_keys : {false, true}) {
-    INFO("omit_keys " << omit_keys);
-    std::string bytes;
-    a->AppendLookups(asks, v1::BatchLookupResponse::kStatusesFieldNumber,
-                     omit_keys, &bytes);
-    v1::BatchLookupResponse answer;
-    REQUIRE(answer.ParseFromString(bytes));
-    REQUIRE(answer.statuses_size() == 300);
-    for (int i = 0; i < 300; ++i) {
-      INFO(i);
-      const v1::KeyStatus expected = a->Lookup(keys[i]);
-      CHECK(google::protobuf::util::MessageDifferencer::Equals(
-          answer.statuses(i), omit_keys ? without_keys(expected) : expected));
+  for (size_t first_status : {0, 5000}) {
+    for (const Arbiter::AnswerForm& form : EveryForm(first_status)) {
+      INFO("omit_keys " << form.omit_keys << " share_executions "
+                        << form.share_executions << " first_status "
+                        << first_status);
+      std::string bytes;
+      a->AppendLookups(asks, v1::BatchLookupResponse::kStatusesFieldNumber,
+                       form, &bytes);
+      v1::BatchLookupResponse answer;
+      REQUIRE(answer.ParseFromString(bytes));
+      REQUIRE(answer.statuses_size() == 300);
+      std::map<std::string, uint32_t> first;
+      int refs = 0;
+      for (int i = 0; i < 300; ++i) {
+        INFO(i);
+        const v1::KeyStatus expected =
+            AsWritten(a->Lookup(keys[i]), form,
+                      static_cast<uint32_t>(first_status + i + 1), &first);
+        CHECK(google::protobuf::util::MessageDifferencer::Equals(
+            answer.statuses(i), expected));
+        refs += answer.statuses(i).execution_ref() != 0;
+      }
+      // 4 HITs per 9 keys (one more in the last 3): 2 distinct executions.
+      CHECK(refs == (form.share_executions ? 4 * 33 + 1 - 2 : 0));
     }
   }
 }
