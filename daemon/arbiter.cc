@@ -49,6 +49,46 @@ bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
   return lease.recording || now < lease.deadline;
 }
 
+namespace {
+
+// A serialized Entry without its key. Protobuf writes fields in number
+// order, so the key (field 1) comes first.
+absl::string_view WithoutKey(absl::string_view entry) {
+  wire::Reader r(entry);
+  if (!r.Next() || r.field() != v1::Entry::kKeyFieldNumber ||
+      r.type() != wire::WireType::kBytes) {
+    return entry;
+  }
+  const char* const after = r.bytes().data() + r.bytes().size();
+  return entry.substr(static_cast<size_t>(after - entry.data()));
+}
+
+// The execution field of a serialized Entry (tag, length and message, in
+// `field`) and the message itself (in `execution`); false when it has none.
+// Protobuf writes it second, after the key.
+bool FindExecution(absl::string_view entry, absl::string_view* field,
+                   absl::string_view* execution) {
+  wire::Reader r(entry);
+  for (int i = 0; i < 2 && r.Next(); ++i) {
+    if (r.field() == v1::Entry::kExecutionFieldNumber &&
+        r.type() == wire::WireType::kBytes) {
+      const char* const end = r.bytes().data() + r.bytes().size();
+      const char* begin = entry.data();
+      if (i == 1) {  // after the key: start where the key ends
+        wire::Reader first(entry);
+        first.Next();
+        begin = first.bytes().data() + first.bytes().size();
+      }
+      *field = absl::string_view(begin, static_cast<size_t>(end - begin));
+      *execution = r.bytes();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
                              std::string candidate_set,
                              bool fingerprint_matches) {
@@ -58,6 +98,11 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
     if (!slot.fingerprint_matches) --stale_entries_;
   }
   slot.entry_summary = std::move(summary);
+  absl::string_view execution_field, execution;
+  slot.execution_hash =
+      FindExecution(slot.entry_summary, &execution_field, &execution)
+          ? absl::HashOf(execution)
+          : 0;
   slot.entry_candidate_set =
       &*candidate_sets_.insert(std::move(candidate_set)).first;
   slot.has_entry = true;
@@ -139,55 +184,17 @@ const std::string* Arbiter::HitSummaryLocked(absl::string_view candidate_set,
   return nullptr;
 }
 
-namespace {
-
-// A serialized Entry without its key. Protobuf writes fields in number
-// order, so the key (field 1) comes first.
-absl::string_view WithoutKey(absl::string_view entry) {
-  wire::Reader r(entry);
-  if (!r.Next() || r.field() != v1::Entry::kKeyFieldNumber ||
-      r.type() != wire::WireType::kBytes) {
-    return entry;
-  }
-  const char* const after = r.bytes().data() + r.bytes().size();
-  return entry.substr(static_cast<size_t>(after - entry.data()));
-}
-
-// The execution field of a serialized Entry (tag, length and message, in
-// `field`) and the message itself (in `execution`); false when it has none.
-// Protobuf writes it second, after the key.
-bool FindExecution(absl::string_view entry, absl::string_view* field,
-                   absl::string_view* execution) {
-  wire::Reader r(entry);
-  for (int i = 0; i < 2 && r.Next(); ++i) {
-    if (r.field() == v1::Entry::kExecutionFieldNumber &&
-        r.type() == wire::WireType::kBytes) {
-      const char* const end = r.bytes().data() + r.bytes().size();
-      const char* begin = entry.data();
-      if (i == 1) {  // after the key: start where the key ends
-        wire::Reader first(entry);
-        first.Next();
-        begin = first.bytes().data() + first.bytes().size();
-      }
-      *field = absl::string_view(begin, static_cast<size_t>(end - begin));
-      *execution = r.bytes();
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-// The executions written in full so far, by their bytes' hash: where each
-// lies in the answer and the position of its status. Entries are found by
-// hash and confirmed by comparing bytes; on a collision the execution is
-// simply written again.
+// The executions written in full so far, by their bytes' hash (kept in each
+// slot): where each lies in the answer and the position of its status.
+// Entries are found by hash and confirmed by comparing bytes; on a
+// collision the execution is simply written again.
 class Arbiter::WrittenExecutions {
  public:
-  // The position of the status that wrote `execution` in full, or 0.
-  uint32_t Find(absl::string_view execution, const std::string& out) const {
-    auto it = written_.find(absl::HashOf(execution));
+  // The position of the status that wrote `execution` (whose hash is
+  // `hash`) in full, or 0.
+  uint32_t Find(size_t hash, absl::string_view execution,
+                const std::string& out) const {
+    auto it = written_.find(hash);
     if (it == written_.end() || it->second.size != execution.size() ||
         out.compare(it->second.offset, it->second.size, execution.data(),
                     execution.size()) != 0) {
@@ -196,9 +203,9 @@ class Arbiter::WrittenExecutions {
     return it->second.position;
   }
   // Status `position` wrote `execution` in full at `offset` of the answer.
-  void Add(absl::string_view execution, size_t offset, uint32_t position) {
-    written_.try_emplace(absl::HashOf(execution),
-                         Written{offset, execution.size(), position});
+  void Add(size_t hash, absl::string_view execution, size_t offset,
+           uint32_t position) {
+    written_.try_emplace(hash, Written{offset, execution.size(), position});
   }
 
  private:
@@ -231,7 +238,7 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
     uint32_t execution_ref = 0;
     if (written != nullptr &&
         FindExecution(entry, &execution_field, &execution)) {
-      execution_ref = written->Find(execution, *out);
+      execution_ref = written->Find(slot->execution_hash, execution, *out);
       if (execution_ref != 0) {
         const size_t cut =
             static_cast<size_t>(execution_field.data() - entry.data());
@@ -271,7 +278,7 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
                                 execution_ref, out);
       } else if (!execution.empty()) {
         written->Add(
-            execution,
+            slot->execution_hash, execution,
             entry_offset + static_cast<size_t>(execution.data() - entry.data()),
             position);
       }

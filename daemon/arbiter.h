@@ -202,6 +202,9 @@ class Arbiter {
     std::string entry_summary;  // serialized Entry without measurements
     // Interned in candidate_sets_: a process has few, 100k entries one each.
     const std::string* entry_candidate_set = nullptr;
+    // Of the summary's execution bytes (0 for none): BatchLookup's
+    // share_executions finds equal executions by it without hashing each.
+    size_t execution_hash = 0;
     bool has_entry = false;
     bool fingerprint_matches = true;
     std::unique_ptr<Lease> lease;        // few keys have one: 8 bytes when not
