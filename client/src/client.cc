@@ -11,6 +11,7 @@
 #include "client/src/status_cell.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "proto/key_view.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
 #include "proto/wire.h"
@@ -59,13 +60,7 @@ absl::Status CheckOptions(const ClientOptions& o) {
 // `key` as field `field` of a request being written by hand; returns the
 // size of the key's bytes, the last ones in *out.
 size_t AppendKeyField(uint32_t field, const v1::Key& key, std::string* out) {
-  const size_t size = key.ByteSizeLong();
-  wire::AppendBytesFieldHeader(field, size, out);
-  const size_t at = out->size();
-  out->resize(at + size);
-  key.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(out->data() + at));
-  return size;
+  return gputune::AppendKeyField(field, KeyView::Of(key), out);
 }
 
 client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {

@@ -151,6 +151,42 @@ TEST_CASE("random mixtures of key parts never read differently from protobuf") {
   CHECK(plain > 300);  // the property was checked on plain bytes, not none
 }
 
+TEST_CASE("a key written from its view is the bytes protobuf writes") {
+  std::mt19937 rng(7);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> texts = {"", "attn.qkv", "x", "b=8,h=32",
+                                          std::string(300, 'p')};
+  for (int i = 0; i < 2000; ++i) {
+    v1::Key key;
+    switch (pick(3)) {
+      case 0: {
+        v1::DenseBf16Key* d = key.mutable_dense_bf16();
+        // Negative and unknown phases too: int32 fields sign-extend.
+        d->set_phase(static_cast<v1::Phase>(static_cast<int>(pick(5)) - 2));
+        d->set_role(texts[pick(texts.size())]);
+        d->set_tokens(pick(3) == 0 ? 0 : rng());
+        d->set_input_features(pick(3) == 0 ? 0 : rng() % 300);
+        d->set_output_features(pick(3) == 0 ? 0 : rng());
+        break;
+      }
+      case 1:
+        key.mutable_custom()->set_op(texts[pick(texts.size())]);
+        key.mutable_custom()->set_params(texts[pick(texts.size())]);
+        break;
+      default:
+        break;  // no op
+    }
+    key.set_candidate_set(texts[pick(texts.size())]);
+    INFO("case " << i << ": " << key.ShortDebugString());
+    for (uint32_t field : {1u, 2000u}) {  // one- and two-byte tags
+      std::string written = "prefix";
+      const size_t size = AppendKeyField(field, KeyView::Of(key), &written);
+      REQUIRE(written == "prefix" + Field(field, key.SerializeAsString()));
+      REQUIRE(size == key.ByteSizeLong());
+    }
+  }
+}
+
 TEST_CASE("a KeyView validates and names a key as its v1::Key does") {
   v1::Key key;
   key.mutable_dense_bf16()->set_phase(v1::PHASE_DECODE);
