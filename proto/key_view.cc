@@ -10,10 +10,16 @@ namespace {
 using wire::WireType;
 
 bool IsAscii(absl::string_view text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  // Eight bytes at a time: no byte may have its high bit set.
+  uint64_t bits = 0;
+  size_t i = 0;
+  for (; i + 8 <= text.size(); i += 8) {
+    uint64_t word;
+    memcpy(&word, text.data() + i, 8);
+    bits |= word;
   }
-  return true;
+  for (; i < text.size(); ++i) bits |= static_cast<unsigned char>(text[i]);
+  return (bits & 0x8080808080808080ULL) == 0;
 }
 
 // Walks a plain message: `read(reader)` takes one field and returns false
