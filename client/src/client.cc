@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 #include "client/src/client_impl.h"
 #include "client/src/status_cell.h"
 #include "grpcpp/create_channel.h"
@@ -20,6 +21,7 @@ namespace gputune {
 namespace {
 
 using client_internal::kMaxBatchKeys;
+using client_internal::kTwoPartBatchKeys;
 
 // "<program> pid <pid> on <host>": who holds a claim, for people reading
 // gputunectl status.
@@ -120,65 +122,119 @@ LookupResult Client::Impl::Remember(
   return LookupResult(std::move(cell), /*from_memo=*/false);
 }
 
-absl::Status Client::Impl::BatchLookupChunk(const v1::Key* keys, size_t count,
-                                            std::vector<LookupResult>* out) {
-  // Serialized by hand, and the answer split into StatusCells that parse on
-  // first use: a batch of 10,000 keys would otherwise copy every key into a
-  // request and parse some fifteen messages per answer before returning.
-  // The statuses come without keys (omit_keys): each cell reads its key
-  // from the request. Each execution comes once (share_executions): a cell
-  // takes a repeated one from the cell of the status that carried it.
-  auto call = std::make_shared<client_internal::CallBytes>();
-  std::string& request = call->request;
-  request.reserve(count * 48 + 2);
-  std::vector<std::pair<size_t, size_t>> key_spans(count);  // offset, size
-  for (size_t i = 0; i < count; ++i) {
+namespace {
+
+// One BatchLookup RPC of a batch: its request, written by hand; the call in
+// flight; then its answer.
+struct BatchPart {
+  const v1::Key* keys = nullptr;
+  size_t count = 0;
+  std::shared_ptr<client_internal::CallBytes> call =
+      std::make_shared<client_internal::CallBytes>();
+  // Each key's bytes in call->request.
+  std::vector<absl::string_view> asked_keys;
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  absl::Notification done;
+  absl::Status status;  // set before `done`
+};
+
+void WriteBatchRequest(BatchPart* part) {
+  std::string& request = part->call->request;
+  request.reserve(part->count * 48 + 4);
+  std::vector<std::pair<size_t, size_t>> key_spans(part->count);
+  for (size_t i = 0; i < part->count; ++i) {
     const size_t size = AppendKeyField(v1::BatchLookupRequest::kKeysFieldNumber,
-                                       keys[i], &request);
+                                       part->keys[i], &request);
     key_spans[i] = {request.size() - size, size};
   }
   wire::AppendVarintField(v1::BatchLookupRequest::kOmitKeysFieldNumber, 1,
                           &request);
   wire::AppendVarintField(v1::BatchLookupRequest::kShareExecutionsFieldNumber,
                           1, &request);
-  std::vector<absl::string_view> asked_keys(count);
-  for (size_t i = 0; i < count; ++i) {
-    asked_keys[i] = absl::string_view(request).substr(key_spans[i].first,
-                                                      key_spans[i].second);
+  part->asked_keys.resize(part->count);
+  for (size_t i = 0; i < part->count; ++i) {
+    part->asked_keys[i] = absl::string_view(request).substr(
+        key_spans[i].first, key_spans[i].second);
   }
   // gRPC reads the request in place; the slice keeps it alive.
-  auto* keep = new std::shared_ptr<const client_internal::CallBytes>(call);
-  grpc::Slice request_slice(
+  auto* keep =
+      new std::shared_ptr<const client_internal::CallBytes>(part->call);
+  grpc::Slice slice(
       const_cast<char*>(request.data()), request.size(),
       [](void* p) {
         delete static_cast<std::shared_ptr<const client_internal::CallBytes>*>(
             p);
       },
       keep);
-  grpc::ByteBuffer request_buffer(&request_slice, 1);
-  grpc::ByteBuffer response_buffer;
-  if (absl::Status s =
-          rpc.CallRaw(&client_internal::Connection::batch_lookup,
-                      request_buffer, &response_buffer, options.deadline);
-      !s.ok()) {
-    return s;
+  part->request = grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
+absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
+                                            std::vector<LookupResult>* out) {
+  // Serialized by hand, and the answers split into StatusCells that parse on
+  // first use: a batch of 10,000 keys would otherwise copy every key into a
+  // request and parse some fifteen messages per answer before returning.
+  // The statuses come without keys (omit_keys): each cell reads its key
+  // from the request. Each execution comes once (share_executions): a cell
+  // takes a repeated one from the cell of the status that carried it.
+  //
+  // Parts of at most kMaxBatchKeys; a batch of kTwoPartBatchKeys or more
+  // goes in two at least, all in flight at once: the daemon answers one part
+  // while this thread writes the next one's request and splits the answer
+  // of the one before.
+  size_t parts = (count + kMaxBatchKeys - 1) / kMaxBatchKeys;
+  if (parts < 2 && count >= kTwoPartBatchKeys) parts = 2;
+  std::vector<std::unique_ptr<BatchPart>> started;
+  for (size_t p = 0; p < parts; ++p) {
+    const size_t begin = count * p / parts;
+    const size_t end = count * (p + 1) / parts;
+    auto part = std::make_unique<BatchPart>();
+    part->keys = keys + begin;
+    part->count = end - begin;
+    WriteBatchRequest(part.get());
+    BatchPart* const raw = part.get();
+    rpc.StartRaw(&client_internal::Connection::batch_lookup, &raw->ctx,
+                 &raw->request, &raw->response, options.deadline,
+                 [raw](absl::Status status) {
+                   raw->status = std::move(status);
+                   raw->done.Notify();
+                 });
+    started.push_back(std::move(part));
   }
-  absl::StatusOr<
-      std::vector<std::shared_ptr<const client_internal::StatusCell>>>
-      cells = client_internal::CellsFromBatchAnswer(response_buffer, call,
-                                                    asked_keys);
-  if (!cells.ok()) return cells.status();
-  for (size_t i = 0; i < count; ++i) {
-    out->push_back(Remember(keys[i], std::move((*cells)[i])));
+  // Every started call is waited for, even after an error: each holds its
+  // part.
+  absl::Status error;
+  for (const std::unique_ptr<BatchPart>& part : started) {
+    part->done.WaitForNotification();
+    if (!error.ok()) continue;
+    if (!part->status.ok()) {
+      error = part->status;
+      continue;
+    }
+    absl::StatusOr<
+        std::vector<std::shared_ptr<const client_internal::StatusCell>>>
+        cells = client_internal::CellsFromBatchAnswer(
+            part->response, part->call, part->asked_keys);
+    if (!cells.ok()) {
+      error = cells.status();
+      continue;
+    }
+    for (size_t i = 0; i < part->count; ++i) {
+      out->push_back(Remember(part->keys[i], std::move((*cells)[i])));
+    }
   }
-  return absl::OkStatus();
+  return error;
 }
 
 void Client::Impl::Refresh(const std::vector<v1::Key>& keys) {
   std::vector<LookupResult> results;
   results.reserve(keys.size());
   // On an error the memo keeps serving what it has.
-  if (!BatchLookupChunk(keys.data(), keys.size(), &results).ok()) return;
+  if (!BatchLookupParts(keys.data(), keys.size(), &results).ok()) return;
   for (size_t i = 0; i < keys.size(); ++i) {
     // Deleted or stale now: the next Lookup asks the daemon.
     if (!results[i].hit()) memo.Erase(keys[i]);
@@ -269,13 +325,10 @@ absl::StatusOr<std::vector<LookupResult>> Client::BatchLookup(
   }
   std::vector<LookupResult> results;
   results.reserve(keys.size());
-  for (size_t start = 0; start < keys.size(); start += kMaxBatchKeys) {
-    const size_t count = std::min(kMaxBatchKeys, keys.size() - start);
-    if (absl::Status s =
-            impl_->BatchLookupChunk(keys.data() + start, count, &results);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s =
+          impl_->BatchLookupParts(keys.data(), keys.size(), &results);
+      !s.ok()) {
+    return s;
   }
   return results;
 }

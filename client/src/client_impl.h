@@ -41,8 +41,9 @@ class Client::Impl {
   LookupResult Remember(
       const v1::Key& key,
       std::shared_ptr<const client_internal::StatusCell> status);
-  // BatchLookup without splitting (at most kMaxBatchKeys keys).
-  absl::Status BatchLookupChunk(const v1::Key* keys, size_t count,
+  // BatchLookup of valid keys, in as many RPCs as it takes (see
+  // kTwoPartBatchKeys); on an error `out` holds the results before it.
+  absl::Status BatchLookupParts(const v1::Key* keys, size_t count,
                                 std::vector<LookupResult>* out);
   // The refresher's work: look keys up, memoise HITs, drop the rest.
   void Refresh(const std::vector<v1::Key>& keys);
@@ -65,6 +66,9 @@ namespace client_internal {
 
 // The daemon's limit on keys per BatchLookup.
 inline constexpr size_t kMaxBatchKeys = 100000;
+// A BatchLookup of this many keys or more is sent as two RPCs at least, in
+// flight together (the daemon answers each in two halves from 2,048 keys).
+inline constexpr size_t kTwoPartBatchKeys = 4096;
 
 // Starts a Watch stream (watch_stream.cc).
 std::unique_ptr<WatchStream> StartWatch(

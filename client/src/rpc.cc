@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/client_callback.h"
 
 namespace gputune::client_internal {
 namespace {
@@ -84,6 +85,27 @@ absl::Status Rpc::CallRaw(const grpc::internal::RpcMethod Connection::*method,
           connection->channel.get(), (*connection).*method, &ctx, request,
           response);
   return Conclude(status, deadline);
+}
+
+void Rpc::StartRaw(const grpc::internal::RpcMethod Connection::*method,
+                   grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
+                   grpc::ByteBuffer* response, absl::Duration deadline,
+                   std::function<void(absl::Status)> done) {
+  std::shared_ptr<const Connection> connection;
+  if (absl::Status s = Admit(&connection); !s.ok()) {
+    done(s);
+    return;
+  }
+  SetDeadline(ctx, deadline);
+  const Connection& c = *connection;
+  // The call a generated stub's async() makes, with ByteBuffer as both
+  // messages; the connection stays alive until it ends.
+  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      c.channel.get(), c.*method, ctx, request, response,
+      [this, connection = std::move(connection), deadline,
+       done = std::move(done)](grpc::Status status) {
+        done(Conclude(status, deadline));
+      });
 }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,

@@ -91,6 +91,15 @@ class Rpc {
                        const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* response, absl::Duration deadline);
 
+  // CallRaw without waiting: starts the call and returns. `done` gets its
+  // status, translated as CallRaw's, once it ends: on one of gRPC's threads,
+  // or at once on this one when the breaker refuses the call. `ctx`,
+  // `request` and `response` must outlive the call.
+  void StartRaw(const grpc::internal::RpcMethod Connection::*method,
+                grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response, absl::Duration deadline,
+                std::function<void(absl::Status)> done);
+
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>
   absl::StatusOr<Response> Ask(

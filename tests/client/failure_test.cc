@@ -105,6 +105,27 @@ TEST_CASE(
                      std::chrono::milliseconds(10000)));
 }
 
+TEST_CASE("a BatchLookup in parts costs a hung daemon one deadline, not two") {
+  DaemonProcess daemon({"--backend=none"});
+  ClientOptions options;
+  options.deadline = absl::Milliseconds(300);
+  auto client = ClientOf(daemon, options);
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 5000; ++i) {  // two RPCs, in flight together
+    keys.push_back(CustomKey("parts=" + std::to_string(i)));
+  }
+  REQUIRE(client->BatchLookup(keys).ok());
+
+  Freeze(daemon.pid());
+  const auto start = Clock::now();
+  absl::StatusOr<std::vector<LookupResult>> r = client->BatchLookup(keys);
+  const double ms = MsSince(start);
+  REQUIRE(r.status().code() == absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(ms >= 290);
+  REQUIRE(ms < 300 + 150);
+  REQUIRE(kill(daemon.pid(), SIGCONT) == 0);
+}
+
 TEST_CASE("a claim guard's destructor with the daemon down returns in time") {
   DaemonProcess daemon({"--backend=none"});
   ClientOptions options;

@@ -147,14 +147,15 @@ TEST_CASE("BatchLookup answers in request order") {
 }
 
 TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
-  // 3,000 keys (the daemon answers in two halves), a HIT in every third with
-  // one of four executions: the daemon sends each execution once a half,
-  // and the client puts it back in every entry.
+  // 5,000 keys: the client sends two RPCs of 2,500 at once, and the daemon
+  // answers each in two halves. A HIT in every third key, with one of four
+  // executions: the daemon sends each execution once a half, and the
+  // client puts it back in every entry.
   DaemonProcess daemon({"--backend=none"});
   std::vector<v1::Key> keys;
   {
     auto writer = ClientOf(daemon);
-    for (int i = 0; i < 3000; ++i) {
+    for (int i = 0; i < 5000; ++i) {
       keys.push_back(CustomKey("whole=" + std::to_string(i)));
       if (i % 3 == 0)
         MakeHit(*writer, keys.back(), "k" + std::to_string(i % 4));
@@ -163,10 +164,12 @@ TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
   ClientOptions no_memo;
   no_memo.memo_capacity = 0;
   auto single = ClientOf(daemon, no_memo);
-  auto client = ClientOf(daemon);
+  RpcCounter counter;
+  auto client = ClientOf(daemon, {}, &counter);
   absl::StatusOr<std::vector<LookupResult>> batch = client->BatchLookup(keys);
   REQUIRE(batch.ok());
   REQUIRE(batch->size() == keys.size());
+  CHECK(counter.of("BatchLookup") == 2);
   for (size_t i = 0; i < keys.size(); ++i) {
     INFO(KeyText(keys[i]));
     absl::StatusOr<LookupResult> one = single->Lookup(keys[i]);
