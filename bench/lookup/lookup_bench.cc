@@ -4,6 +4,8 @@
 //   gputune_lookup_bench [--entries=10000] [--seconds=1] [--rounds=4]
 //                        [--procs=1,8,32] [--batch=10000] [--json=FILE]
 //                        [--procs=] (no client processes: memo and batch only)
+//                        [--batch_profile_seconds=N] (then BatchLookup back to
+//                          back for N s, for a profiler to attach)
 //
 // Starts gputuned (host backend) on a temporary unix socket and database,
 // imports --entries entries, and starts a trivial gRPC echo server built the
@@ -352,6 +354,8 @@ int Orchestrate(const Flags& flags) {
   b.flags = flags;
   const int entries = static_cast<int>(flags.Number("entries", 10000));
   const int batch = static_cast<int>(flags.Number("batch", 10000));
+  const int batch_profile_seconds =
+      static_cast<int>(flags.Number("batch_profile_seconds", 0));
   const int rounds = static_cast<int>(flags.Number("rounds", 4));
   b.seconds = flags.Number("seconds", 1.0);
   std::vector<int> procs;
@@ -458,7 +462,7 @@ int Orchestrate(const Flags& flags) {
   // The call, and the call plus reading every answer's execution (the
   // client parses each status on first use).
   std::vector<double> batch_ms, batch_read_ms;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 31; ++i) {
     const auto start = Clock::now();
     absl::StatusOr<std::vector<LookupResult>> r =
         (*rpc_client)->BatchLookup(batch_keys);
@@ -476,6 +480,26 @@ int Orchestrate(const Flags& flags) {
         std::chrono::duration<double, std::milli>(done - start).count());
   }
   const double batch_median_ms = Median(batch_ms);
+  if (batch_profile_seconds > 0) {
+    // For profilers: BatchLookup back to back, the daemon's pid said first
+    // (perf record -p <it>,<this> while it runs).
+    std::cerr << "BatchLookup back to back for " << batch_profile_seconds
+              << " s; gputuned pid " << daemon << ", this pid " << getpid()
+              << "\n";
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::seconds(batch_profile_seconds);
+    int calls = 0;
+    for (; Clock::now() < until; ++calls) {
+      if (!(*rpc_client)->BatchLookup(batch_keys).ok()) {
+        return fail("BatchLookup failed");
+      }
+    }
+    std::cerr << "mean "
+              << std::chrono::duration<double, std::milli>(Clock::now() - start)
+                         .count() /
+                     calls
+              << " ms over " << calls << " calls (results dropped each time)\n";
+  }
   const double batch_read_median_ms = Median(batch_read_ms);
 
   // The floor for any answer of that size: the echo server moving as many
@@ -506,7 +530,7 @@ int Orchestrate(const Flags& flags) {
     EchoRequest request;
     request.set_payload(std::string(batch_request_bytes, 'k'));
     request.set_reply_size(static_cast<uint32_t>(batch_answer_bytes));
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 32; ++i) {
       grpc::ClientContext ctx;
       EchoReply reply;
       const auto start = Clock::now();
