@@ -41,8 +41,9 @@ class Client::Impl {
   LookupResult Remember(
       const v1::Key& key,
       std::shared_ptr<const client_internal::StatusCell> status);
-  // BatchLookup of valid keys, in as many RPCs as it takes (see
-  // kTwoPartBatchKeys); on an error `out` holds the results before it.
+  // BatchLookup, in as many RPCs as it takes (see kTwoPartBatchKeys). An
+  // invalid key is an error named "keys[i]..."; on any error `out` may hold
+  // some results before it.
   absl::Status BatchLookupParts(const v1::Key* keys, size_t count,
                                 std::vector<LookupResult>* out);
   // The refresher's work: look keys up, memoise HITs, drop the rest.

@@ -144,6 +144,20 @@ TEST_CASE("BatchLookup answers in request order") {
   std::vector<v1::Key> with_bad = {hit, DenseKey(0)};
   REQUIRE(std::string(client->BatchLookup(with_bad).status().message())
               .find("keys[1]") != std::string::npos);
+  // In a batch sent in two parts, a bad key in either part is named by its
+  // index in the batch, and nothing is returned.
+  std::vector<v1::Key> large(5000, hit);
+  for (size_t bad : {10u, 4000u}) {
+    INFO("bad key " << bad);
+    large[bad] = DenseKey(0);
+    absl::StatusOr<std::vector<LookupResult>> r = client->BatchLookup(large);
+    REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(std::string(r.status().message())
+                .rfind("keys[" + std::to_string(bad) + "].dense_bf16.tokens",
+                       0) == 0);
+    large[bad] = hit;
+  }
+  REQUIRE(client->BatchLookup(large).ok());
 }
 
 TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
