@@ -100,9 +100,12 @@ class Client {
   // per refresh_interval per key), whose HIT a later call will see.
   LookupResult TryLookup(const v1::Key& key);
 
-  // The states of many keys in one RPC (split into several above 100000
-  // keys), in request order; HITs are memoised. INVALID_ARGUMENT names the
-  // index of an invalid key.
+  // The states of many keys, in request order; HITs are memoised. One RPC up
+  // to 4095 keys; from 4096, two or more (at most 100000 keys each) in
+  // flight together, so the daemon works on one while this thread prepares
+  // or reads another. INVALID_ARGUMENT names the index of an invalid key,
+  // and nothing is returned. The deadline (ClientOptions.deadline) holds
+  // for the whole call: the parts run at once, each with that deadline.
   absl::StatusOr<std::vector<LookupResult>> BatchLookup(
       const std::vector<v1::Key>& keys);
 
