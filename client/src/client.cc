@@ -194,6 +194,8 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   if (parts < 2 && count >= kTwoPartBatchKeys) parts = 2;
   std::vector<std::unique_ptr<BatchPart>> started;
   absl::Status error;
+  // One deadline for the whole call: a later part gets what is left.
+  const absl::Time deadline = absl::Now() + options.deadline;
   for (size_t p = 0; p < parts; ++p) {
     const size_t begin = count * p / parts;
     const size_t end = count * (p + 1) / parts;
@@ -209,7 +211,8 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
     }
     BatchPart* const raw = part.get();
     rpc.StartRaw(&client_internal::Connection::batch_lookup, &raw->ctx,
-                 &raw->request, &raw->response, options.deadline,
+                 &raw->request, &raw->response,
+                 std::max(deadline - absl::Now(), absl::Milliseconds(1)),
                  [raw](absl::Status status) {
                    raw->status = std::move(status);
                    raw->done.Notify();

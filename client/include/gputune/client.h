@@ -105,7 +105,7 @@ class Client {
   // flight together, so the daemon works on one while this thread prepares
   // or reads another. INVALID_ARGUMENT names the index of an invalid key,
   // and nothing is returned. The deadline (ClientOptions.deadline) holds
-  // for the whole call: the parts run at once, each with that deadline.
+  // for the whole call: the parts run at once, within it.
   absl::StatusOr<std::vector<LookupResult>> BatchLookup(
       const std::vector<v1::Key>& keys);
 
