@@ -51,40 +51,27 @@ bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
 
 namespace {
 
-// A serialized Entry without its key. Protobuf writes fields in number
-// order, so the key (field 1) comes first.
-absl::string_view WithoutKey(absl::string_view entry) {
-  wire::Reader r(entry);
+// Where the key field and the execution field of a serialized entry
+// summary end: protobuf writes them first and second (fields in number
+// order). *key_end is 0 when the summary does not start with its key;
+// *execution_end is 0 when its execution field does not follow right after.
+void FindKeyAndExecution(absl::string_view summary, uint32_t* key_end,
+                         uint32_t* execution_end) {
+  *key_end = *execution_end = 0;
+  wire::Reader r(summary);
+  auto end_of = [&](const wire::Reader& r) {
+    return static_cast<uint32_t>(r.bytes().data() + r.bytes().size() -
+                                 summary.data());
+  };
   if (!r.Next() || r.field() != v1::Entry::kKeyFieldNumber ||
       r.type() != wire::WireType::kBytes) {
-    return entry;
+    return;
   }
-  const char* const after = r.bytes().data() + r.bytes().size();
-  return entry.substr(static_cast<size_t>(after - entry.data()));
-}
-
-// The execution field of a serialized Entry (tag, length and message, in
-// `field`) and the message itself (in `execution`); false when it has none.
-// Protobuf writes it second, after the key.
-bool FindExecution(absl::string_view entry, absl::string_view* field,
-                   absl::string_view* execution) {
-  wire::Reader r(entry);
-  for (int i = 0; i < 2 && r.Next(); ++i) {
-    if (r.field() == v1::Entry::kExecutionFieldNumber &&
-        r.type() == wire::WireType::kBytes) {
-      const char* const end = r.bytes().data() + r.bytes().size();
-      const char* begin = entry.data();
-      if (i == 1) {  // after the key: start where the key ends
-        wire::Reader first(entry);
-        first.Next();
-        begin = first.bytes().data() + first.bytes().size();
-      }
-      *field = absl::string_view(begin, static_cast<size_t>(end - begin));
-      *execution = r.bytes();
-      return true;
-    }
+  *key_end = end_of(r);
+  if (r.Next() && r.field() == v1::Entry::kExecutionFieldNumber &&
+      r.type() == wire::WireType::kBytes) {
+    *execution_end = end_of(r);
   }
-  return false;
 }
 
 }  // namespace
@@ -98,11 +85,9 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
     if (!slot.fingerprint_matches) --stale_entries_;
   }
   slot.entry_summary = std::move(summary);
-  absl::string_view execution_field, execution;
+  FindKeyAndExecution(slot.entry_summary, &slot.key_end, &slot.execution_end);
   slot.execution_hash =
-      FindExecution(slot.entry_summary, &execution_field, &execution)
-          ? absl::HashOf(execution)
-          : 0;
+      slot.execution_end == 0 ? 0 : absl::HashOf(slot.ExecutionField());
   slot.entry_candidate_set =
       &*candidate_sets_.insert(std::move(candidate_set)).first;
   slot.has_entry = true;
@@ -184,8 +169,9 @@ const std::string* Arbiter::HitSummaryLocked(absl::string_view candidate_set,
   return nullptr;
 }
 
-// The executions written in full so far, by their bytes' hash (kept in each
-// slot): where each lies in the answer and the position of its status.
+// The execution fields written in full so far, by their bytes' hash (kept
+// in each slot): where each lies in the answer and the position of its
+// status.
 // Entries are found by hash and confirmed by comparing bytes; on a
 // collision the execution is simply written again.
 class Arbiter::WrittenExecutions {
@@ -227,23 +213,23 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
   // protobuf serializes it.
   const std::string* summary = HitSummaryLocked(ask.key.candidate_set, slot);
   if (summary != nullptr || slot == nullptr) {
-    const absl::string_view entry = summary == nullptr ? absl::string_view()
-                                    : form.omit_keys
-                                        ? WithoutKey(*summary)
-                                        : absl::string_view(*summary);
-    // The entry is written in two pieces: around its execution when it
-    // refers to an earlier status's, else whole.
-    absl::string_view before = entry, after;
-    absl::string_view execution_field, execution;
+    // The entry goes in up to two pieces: from its summary, less the key
+    // (omit_keys), and less the execution field when an earlier status
+    // carried the same one (share_executions).
+    absl::string_view before, after;
+    absl::string_view execution;  // the field, to share or written in full
     uint32_t execution_ref = 0;
-    if (written != nullptr &&
-        FindExecution(entry, &execution_field, &execution)) {
-      execution_ref = written->Find(slot->execution_hash, execution, *out);
-      if (execution_ref != 0) {
-        const size_t cut =
-            static_cast<size_t>(execution_field.data() - entry.data());
-        before = entry.substr(0, cut);
-        after = entry.substr(cut + execution_field.size());
+    if (summary != nullptr) {
+      const absl::string_view whole(*summary);
+      before = form.omit_keys ? whole.substr(slot->key_end) : whole;
+      if (written != nullptr && slot->execution_end != 0) {
+        execution = slot->ExecutionField();
+        execution_ref = written->Find(slot->execution_hash, execution, *out);
+        if (execution_ref != 0) {
+          before = form.omit_keys ? absl::string_view()
+                                  : whole.substr(0, slot->key_end);
+          after = whole.substr(slot->execution_end);
+        }
       }
     }
     const size_t entry_size = before.size() + after.size();
@@ -276,11 +262,11 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
       if (execution_ref != 0) {
         wire::AppendVarintField(v1::KeyStatus::kExecutionRefFieldNumber,
                                 execution_ref, out);
-      } else if (!execution.empty()) {
-        written->Add(
-            slot->execution_hash, execution,
-            entry_offset + static_cast<size_t>(execution.data() - entry.data()),
-            position);
+      } else if (!execution.empty()) {  // written in full, within `before`
+        written->Add(slot->execution_hash, execution,
+                     entry_offset +
+                         static_cast<size_t>(execution.data() - before.data()),
+                     position);
       }
     }
     return;

@@ -202,9 +202,16 @@ class Arbiter {
     std::string entry_summary;  // serialized Entry without measurements
     // Interned in candidate_sets_: a process has few, 100k entries one each.
     const std::string* entry_candidate_set = nullptr;
-    // Of the summary's execution bytes (0 for none): BatchLookup's
-    // share_executions finds equal executions by it without hashing each.
+    // Where the summary's key field and execution field end (0: not where
+    // protobuf writes them, first and second), and the execution field's
+    // hash: BatchLookup cuts and shares them without reading the summary.
+    uint32_t key_end = 0;
+    uint32_t execution_end = 0;
     size_t execution_hash = 0;
+    absl::string_view ExecutionField() const {
+      return absl::string_view(entry_summary)
+          .substr(key_end, execution_end - key_end);
+    }
     bool has_entry = false;
     bool fingerprint_matches = true;
     std::unique_ptr<Lease> lease;        // few keys have one: 8 bytes when not

@@ -83,16 +83,12 @@ uint64_t Int32Varint(int32_t value) {
   return static_cast<uint64_t>(static_cast<int64_t>(value));
 }
 
-size_t VarintSize(uint64_t value) {
-  return 1 + (63 - __builtin_clzll(value | 1)) / 7;
-}
-
 // Every field number of a Key is below 16: a tag is one byte.
 size_t TextSize(absl::string_view value) {
-  return value.empty() ? 0 : 1 + VarintSize(value.size()) + value.size();
+  return value.empty() ? 0 : 1 + wire::VarintSize(value.size()) + value.size();
 }
 size_t NumberSize(uint64_t value) {
-  return value == 0 ? 0 : 1 + VarintSize(value);
+  return value == 0 ? 0 : 1 + wire::VarintSize(value);
 }
 
 // The size of the view's op message (dense_bf16 or custom); proto3 leaves
@@ -176,23 +172,18 @@ v1::Key KeyOf(const KeyView& view) {
 
 size_t AppendKeyField(uint32_t field, const KeyView& view, std::string* out) {
   const size_t op_size = OpSize(view);
-  const size_t key_size =
-      (view.op == KeyView::Op::kNone ? 0 : 1 + VarintSize(op_size) + op_size) +
-      TextSize(view.candidate_set);
+  const size_t key_size = (view.op == KeyView::Op::kNone
+                               ? 0
+                               : 1 + wire::VarintSize(op_size) + op_size) +
+                          TextSize(view.candidate_set);
   // Sized once and written through a pointer, as protobuf does: appending
   // field by field took twice as long as protobuf.
   const size_t at = out->size();
   out->resize(at + wire::BytesFieldSize(field, key_size));
   char* p = out->data() + at;
-  auto varint = [&p](uint64_t value) {
-    while (value >= 0x80) {
-      *p++ = static_cast<char>(value | 0x80);
-      value >>= 7;
-    }
-    *p++ = static_cast<char>(value);
-  };
-  auto tag = [&p, &varint](uint32_t number, WireType type) {
-    varint(number << 3 | static_cast<uint32_t>(type));
+  auto varint = [&p](uint64_t value) { p = wire::WriteVarint(value, p); };
+  auto tag = [&varint](uint32_t number, WireType type) {
+    varint(wire::Tag(number, type));
   };
   auto text = [&](uint32_t number, absl::string_view value) {
     if (value.empty()) return;

@@ -1,36 +1,6 @@
 #include "proto/wire.h"
 
-#include "google/protobuf/wire_format_lite.h"
-
 namespace gputune::wire {
-
-namespace {
-
-using google::protobuf::internal::WireFormatLite;
-
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>(value | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
-
-size_t VarintSize(uint64_t value) {
-  size_t n = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-uint32_t BytesTag(uint32_t field) {
-  return WireFormatLite::MakeTag(static_cast<int>(field),
-                                 WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-}
-
-}  // namespace
 
 bool Reader::ReadLongVarint(uint64_t* value) {
   uint64_t result = 0;
@@ -122,34 +92,6 @@ bool LastVarintField(absl::string_view message, uint32_t field,
     *value = r.number();
   }
   return r.ok();
-}
-
-void AppendBytesFieldHeader(uint32_t field, size_t length, std::string* out) {
-  AppendVarint(BytesTag(field), out);
-  AppendVarint(length, out);
-}
-
-size_t BytesFieldSize(uint32_t field, size_t length) {
-  return VarintSize(BytesTag(field)) + VarintSize(length) + length;
-}
-
-void AppendBytesField(uint32_t field, absl::string_view bytes,
-                      std::string* out) {
-  AppendBytesFieldHeader(field, bytes.size(), out);
-  out->append(bytes.data(), bytes.size());
-}
-
-void AppendVarintField(uint32_t field, uint64_t value, std::string* out) {
-  AppendVarint(WireFormatLite::MakeTag(static_cast<int>(field),
-                                       WireFormatLite::WIRETYPE_VARINT),
-               out);
-  AppendVarint(value, out);
-}
-
-size_t VarintFieldSize(uint32_t field, uint64_t value) {
-  return VarintSize(WireFormatLite::MakeTag(static_cast<int>(field),
-                                            WireFormatLite::WIRETYPE_VARINT)) +
-         VarintSize(value);
 }
 
 }  // namespace gputune::wire

@@ -135,19 +135,58 @@ bool ForEachBytesField(absl::string_view message, uint32_t field,
 bool LastVarintField(absl::string_view message, uint32_t field,
                      uint64_t* value);
 
+// How many bytes `value` takes as a varint, and writes it at `at`,
+// returning the end. Inline, as everything below: BatchLookup writes a few
+// of these for each of thousands of statuses.
+inline size_t VarintSize(uint64_t value) {
+  return 1 + static_cast<size_t>(63 - __builtin_clzll(value | 1)) / 7;
+}
+inline char* WriteVarint(uint64_t value, char* at) {
+  while (value >= 0x80) {
+    *at++ = static_cast<char>(value | 0x80);
+    value >>= 7;
+  }
+  *at++ = static_cast<char>(value);
+  return at;
+}
+
+// The tag of field `field` with wire type `type`.
+inline uint32_t Tag(uint32_t field, WireType type) {
+  return field << 3 | static_cast<uint32_t>(type);
+}
+
 // The tag and length of a length-delimited field `field` of `length` bytes,
 // to be followed by those bytes; and how many bytes the whole field takes.
-void AppendBytesFieldHeader(uint32_t field, size_t length, std::string* out);
-size_t BytesFieldSize(uint32_t field, size_t length);
+inline void AppendBytesFieldHeader(uint32_t field, size_t length,
+                                   std::string* out) {
+  char header[20];
+  char* end = WriteVarint(Tag(field, WireType::kBytes), header);
+  end = WriteVarint(length, end);
+  out->append(header, static_cast<size_t>(end - header));
+}
+inline size_t BytesFieldSize(uint32_t field, size_t length) {
+  return VarintSize(Tag(field, WireType::kBytes)) + VarintSize(length) + length;
+}
 
 // Appends field `field` holding `bytes` (a string, bytes or message field).
-void AppendBytesField(uint32_t field, absl::string_view bytes,
-                      std::string* out);
+inline void AppendBytesField(uint32_t field, absl::string_view bytes,
+                             std::string* out) {
+  AppendBytesFieldHeader(field, bytes.size(), out);
+  out->append(bytes.data(), bytes.size());
+}
 
 // Appends varint field `field` (an int or enum field) holding `value`; and
 // how many bytes that takes.
-void AppendVarintField(uint32_t field, uint64_t value, std::string* out);
-size_t VarintFieldSize(uint32_t field, uint64_t value);
+inline void AppendVarintField(uint32_t field, uint64_t value,
+                              std::string* out) {
+  char bytes[20];
+  char* end = WriteVarint(Tag(field, WireType::kVarint), bytes);
+  end = WriteVarint(value, end);
+  out->append(bytes, static_cast<size_t>(end - bytes));
+}
+inline size_t VarintFieldSize(uint32_t field, uint64_t value) {
+  return VarintSize(Tag(field, WireType::kVarint)) + VarintSize(value);
+}
 
 }  // namespace gputune::wire
 
