@@ -1,6 +1,7 @@
 #include "daemon/arbiter.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -246,22 +247,27 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
              ? 0
              : wire::VarintFieldSize(v1::KeyStatus::kExecutionRefFieldNumber,
                                      execution_ref));
-    wire::AppendBytesFieldHeader(field, size, out);
+    // Sized once, written through a pointer.
+    const size_t start = out->size();
+    out->resize(start + wire::BytesFieldSize(field, size));
+    char* at = wire::WriteBytesFieldHeader(field, size, out->data() + start);
     if (!form.omit_keys) {
-      wire::AppendBytesField(v1::KeyStatus::kKeyFieldNumber, ask.bytes, out);
+      at = wire::WriteBytesField(v1::KeyStatus::kKeyFieldNumber, ask.bytes, at);
     }
-    wire::AppendVarintField(
+    at = wire::WriteVarintField(
         v1::KeyStatus::kStateFieldNumber,
-        summary == nullptr ? v1::KEY_STATE_MISS : v1::KEY_STATE_HIT, out);
+        summary == nullptr ? v1::KEY_STATE_MISS : v1::KEY_STATE_HIT, at);
     if (summary != nullptr) {
-      wire::AppendBytesFieldHeader(v1::KeyStatus::kEntryFieldNumber, entry_size,
-                                   out);
-      const size_t entry_offset = out->size();
-      out->append(before.data(), before.size());
-      out->append(after.data(), after.size());
+      at = wire::WriteBytesFieldHeader(v1::KeyStatus::kEntryFieldNumber,
+                                       entry_size, at);
+      const size_t entry_offset = static_cast<size_t>(at - out->data());
+      memcpy(at, before.data(), before.size());
+      at += before.size();
+      memcpy(at, after.data(), after.size());
+      at += after.size();
       if (execution_ref != 0) {
-        wire::AppendVarintField(v1::KeyStatus::kExecutionRefFieldNumber,
-                                execution_ref, out);
+        wire::WriteVarintField(v1::KeyStatus::kExecutionRefFieldNumber,
+                               execution_ref, at);
       } else if (!execution.empty()) {  // written in full, within `before`
         written->Add(slot->execution_hash, execution,
                      entry_offset +
@@ -311,7 +317,12 @@ void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
       for (size_t i = 0; i < n; ++i) {
         auto it = slots_.find(id(i));
         slots[i] = it == slots_.end() ? nullptr : &it->second;
-        if (slots[i] != nullptr) {  // the first lines of its summary
+        if (slots[i] != nullptr) {
+          // The rest of the slot (it spans two or three cache lines; find
+          // read its key) and the first lines of its summary.
+          const char* slot = reinterpret_cast<const char*>(slots[i]);
+          __builtin_prefetch(slot);
+          __builtin_prefetch(slot + sizeof(Slot) - 1);
           const std::string& summary = slots[i]->entry_summary;
           for (size_t line = 0; line < std::min<size_t>(summary.size(), 256);
                line += 64) {

@@ -54,28 +54,44 @@ void AppendKeyId(const KeyView& key, std::string* out) {
     return;
   }
   // Piece by piece into one buffer: BatchLookup builds 10,000 of these.
+  // Literals are copied with their sizes known when compiling, and numbers
+  // written in place: a library call per piece showed in profiles.
   char buffer[128];  // 126 at most
   char* at = buffer;
-  auto put = [&](absl::string_view piece) {
-    memcpy(at, piece.data(), piece.size());
-    at += piece.size();
+  auto literal = [&at](const auto& text) {  // a string literal
+    memcpy(at, text, sizeof(text) - 1);
+    at += sizeof(text) - 1;
   };
-  put(kDenseOp);
-  put("/");
-  put(PhaseName(static_cast<v1::Phase>(key.phase)));
-  put("/");
+  auto number = [&at](uint32_t value) {  // digits written last to first
+    size_t digits = 1;
+    for (uint32_t rest = value; rest >= 10; rest /= 10) ++digits;
+    at += digits;
+    char* d = at;
+    do {
+      *--d = static_cast<char>('0' + value % 10);
+      value /= 10;
+    } while (value != 0);
+  };
+  memcpy(at, kDenseOp.data(), kDenseOp.size());  // a constant size
+  at += kDenseOp.size();
+  *at++ = '/';
+  const absl::string_view phase = PhaseName(static_cast<v1::Phase>(key.phase));
+  memcpy(at, phase.data(), phase.size());
+  at += phase.size();
+  *at++ = '/';
   if (key.name.size() > kMaxNameLength) {  // not valid; slow but right
     out->append(buffer, at);
     absl::StrAppend(out, key.name, "/m=", key.m, "/k=", key.k, "/n=", key.n);
     return;
   }
-  put(key.name);
-  put("/m=");
-  put(absl::AlphaNum(key.m).Piece());
-  put("/k=");
-  put(absl::AlphaNum(key.k).Piece());
-  put("/n=");
-  put(absl::AlphaNum(key.n).Piece());
+  memcpy(at, key.name.data(), key.name.size());
+  at += key.name.size();
+  literal("/m=");
+  number(key.m);
+  literal("/k=");
+  number(key.k);
+  literal("/n=");
+  number(key.n);
   out->append(buffer, at);
 }
 

@@ -10,6 +10,7 @@
 #define GPUTUNE_PROTO_WIRE_H_
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/base/attributes.h"
@@ -155,13 +156,28 @@ inline uint32_t Tag(uint32_t field, WireType type) {
   return field << 3 | static_cast<uint32_t>(type);
 }
 
-// The tag and length of a length-delimited field `field` of `length` bytes,
-// to be followed by those bytes; and how many bytes the whole field takes.
+// Fields written at `at`, which has room for them (see the *Size functions
+// below); each returns the end of what it wrote.
+inline char* WriteBytesFieldHeader(uint32_t field, size_t length, char* at) {
+  return WriteVarint(length, WriteVarint(Tag(field, WireType::kBytes), at));
+}
+inline char* WriteBytesField(uint32_t field, absl::string_view bytes,
+                             char* at) {
+  at = WriteBytesFieldHeader(field, bytes.size(), at);
+  memcpy(at, bytes.data(), bytes.size());
+  return at + bytes.size();
+}
+inline char* WriteVarintField(uint32_t field, uint64_t value, char* at) {
+  return WriteVarint(value, WriteVarint(Tag(field, WireType::kVarint), at));
+}
+
+// The same, appended to *out. The tag and length of a length-delimited
+// field `field` of `length` bytes, to be followed by those bytes; and how
+// many bytes the whole field takes.
 inline void AppendBytesFieldHeader(uint32_t field, size_t length,
                                    std::string* out) {
   char header[20];
-  char* end = WriteVarint(Tag(field, WireType::kBytes), header);
-  end = WriteVarint(length, end);
+  const char* end = WriteBytesFieldHeader(field, length, header);
   out->append(header, static_cast<size_t>(end - header));
 }
 inline size_t BytesFieldSize(uint32_t field, size_t length) {
@@ -180,8 +196,7 @@ inline void AppendBytesField(uint32_t field, absl::string_view bytes,
 inline void AppendVarintField(uint32_t field, uint64_t value,
                               std::string* out) {
   char bytes[20];
-  char* end = WriteVarint(Tag(field, WireType::kVarint), bytes);
-  end = WriteVarint(value, end);
+  const char* end = WriteVarintField(field, value, bytes);
   out->append(bytes, static_cast<size_t>(end - bytes));
 }
 inline size_t VarintFieldSize(uint32_t field, uint64_t value) {
