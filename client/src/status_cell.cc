@@ -99,7 +99,8 @@ absl::string_view SliceBytes(const grpc::Slice& slice) {
 }
 
 // Calls fn(bytes) for each field `field` of the answer in call->answer, as
-// wire::ForEachBytesField does; false when malformed. A large answer
+// wire::ForEachBytesField does; false when malformed (after calls for the
+// fields before the fault, which the caller then drops). A large answer
 // arrives in several slices: each field is read in place, and copied into
 // call->straddling only when it spans two slices.
 bool ForEachAnswerField(CallBytes* call, uint32_t field,
@@ -123,7 +124,6 @@ bool ForEachAnswerField(CallBytes* call, uint32_t field,
   google::protobuf::io::ConcatenatingInputStream joined(
       streams.data(), static_cast<int>(streams.size()));
   google::protobuf::io::CodedInputStream in(&joined);
-  std::vector<absl::string_view> found;
   while (true) {
     const uint32_t tag = in.ReadTag();
     if (tag == 0) {  // the end, or malformed
@@ -146,15 +146,14 @@ bool ForEachAnswerField(CallBytes* call, uint32_t field,
     int size = 0;
     if (in.GetDirectBufferPointer(&data, &size) &&
         static_cast<uint32_t>(size) >= length) {
-      found.emplace_back(static_cast<const char*>(data), length);
+      fn(absl::string_view(static_cast<const char*>(data), length));
       if (!in.Skip(static_cast<int>(length))) return false;
     } else {
       std::string& copy = call->straddling.emplace_back();
       if (!in.ReadString(&copy, static_cast<int>(length))) return false;
-      found.emplace_back(copy);
+      fn(copy);  // a deque's strings never move
     }
   }
-  for (absl::string_view bytes : found) fn(bytes);
   return true;
 }
 
