@@ -123,9 +123,9 @@ namespace {
 struct BatchPart {
   const v1::Key* keys = nullptr;
   size_t count = 0;
-  std::shared_ptr<client_internal::CallBytes> call =
-      std::make_shared<client_internal::CallBytes>();
-  // Each key's bytes in call->request.
+  // Its request, answer and cells.
+  client_internal::CallBlock::Maker block;
+  // Each key's bytes in block->bytes().request.
   std::vector<absl::string_view> asked_keys;
   grpc::ClientContext ctx;
   grpc::ByteBuffer request;
@@ -139,7 +139,8 @@ struct BatchPart {
 // a second). The part's keys are keys[first], ... of the batch: an invalid
 // key is named by that index.
 absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
-  std::string& request = part->call->request;
+  part->block = client_internal::CallBlock::Create(part->count);
+  std::string& request = part->block->bytes().request;
   request.reserve(part->count * 48 + 4);
   std::vector<std::pair<size_t, size_t>> key_spans(part->count);
   for (size_t i = 0; i < part->count; ++i) {
@@ -161,16 +162,9 @@ absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
     part->asked_keys[i] = absl::string_view(request).substr(
         key_spans[i].first, key_spans[i].second);
   }
-  // gRPC reads the request in place; the slice keeps it alive.
-  auto* keep =
-      new std::shared_ptr<const client_internal::CallBytes>(part->call);
-  grpc::Slice slice(
-      const_cast<char*>(request.data()), request.size(),
-      [](void* p) {
-        delete static_cast<std::shared_ptr<const client_internal::CallBytes>*>(
-            p);
-      },
-      keep);
+  // gRPC reads the request in place; the slice holds the block.
+  grpc::Slice slice(const_cast<char*>(request.data()), request.size(),
+                    &client_internal::CallBlock::Return, part->block->Lend());
   part->request = grpc::ByteBuffer(&slice, 1);
   return absl::OkStatus();
 }
@@ -231,7 +225,7 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
     absl::StatusOr<
         std::vector<std::shared_ptr<const client_internal::StatusCell>>>
         cells = client_internal::CellsFromBatchAnswer(
-            part->response, part->call, part->asked_keys);
+            part->response, *part->block, part->asked_keys);
     if (!cells.ok()) {
       error = cells.status();
       continue;
