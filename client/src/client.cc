@@ -127,6 +127,9 @@ struct BatchPart {
   client_internal::CallBlock::Maker block;
   // Each key's bytes in block->bytes().request.
   std::vector<absl::string_view> asked_keys;
+  // The call's connection, kept until it ends and dropped on the caller's
+  // thread (see Rpc::StartRaw), after the call's context.
+  std::shared_ptr<const client_internal::Connection> connection;
   grpc::ClientContext ctx;
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
@@ -178,7 +181,7 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   // request and parse some fifteen messages per answer before returning.
   // The statuses come without keys (omit_keys): each cell reads its key
   // from the request. Each execution comes once (share_executions): a cell
-  // takes a repeated one from the cell of the status that carried it.
+  // takes a repeated one from the bytes of the status that carried it.
   //
   // Parts of at most kMaxBatchKeys; a batch of kTwoPartBatchKeys or more
   // goes in two at least, all in flight at once: the daemon answers one part
@@ -204,13 +207,13 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
       break;
     }
     BatchPart* const raw = part.get();
-    rpc.StartRaw(&client_internal::Connection::batch_lookup, &raw->ctx,
-                 &raw->request, &raw->response,
-                 std::max(deadline - absl::Now(), absl::Milliseconds(1)),
-                 [raw](absl::Status status) {
-                   raw->status = std::move(status);
-                   raw->done.Notify();
-                 });
+    raw->connection = rpc.StartRaw(
+        &client_internal::Connection::batch_lookup, &raw->ctx, &raw->request,
+        &raw->response, std::max(deadline - absl::Now(), absl::Milliseconds(1)),
+        [raw](absl::Status status) {
+          raw->status = std::move(status);
+          raw->done.Notify();
+        });
     started.push_back(std::move(part));
   }
   // Every started call is waited for, even after an error: each holds its

@@ -87,25 +87,26 @@ absl::Status Rpc::CallRaw(const grpc::internal::RpcMethod Connection::*method,
   return Conclude(status, deadline);
 }
 
-void Rpc::StartRaw(const grpc::internal::RpcMethod Connection::*method,
-                   grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response, absl::Duration deadline,
-                   std::function<void(absl::Status)> done) {
+std::shared_ptr<const Connection> Rpc::StartRaw(
+    const grpc::internal::RpcMethod Connection::*method,
+    grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response, absl::Duration deadline,
+    std::function<void(absl::Status)> done) {
   std::shared_ptr<const Connection> connection;
   if (absl::Status s = Admit(&connection); !s.ok()) {
     done(s);
-    return;
+    return nullptr;
   }
   SetDeadline(ctx, deadline);
-  const Connection& c = *connection;
   // The call a generated stub's async() makes, with ByteBuffer as both
-  // messages; the connection stays alive until it ends.
+  // messages. The callback holds no reference to the connection: the
+  // caller keeps it (see rpc.h).
   grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      c.channel.get(), c.*method, ctx, request, response,
-      [this, connection = std::move(connection), deadline,
-       done = std::move(done)](grpc::Status status) {
+      connection->channel.get(), (*connection).*method, ctx, request, response,
+      [this, deadline, done = std::move(done)](grpc::Status status) {
         done(Conclude(status, deadline));
       });
+  return connection;
 }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,

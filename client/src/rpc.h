@@ -91,14 +91,19 @@ class Rpc {
                        const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* response, absl::Duration deadline);
 
-  // CallRaw without waiting: starts the call and returns. `done` gets its
-  // status, translated as CallRaw's, once it ends: on one of gRPC's threads,
-  // or at once on this one when the breaker refuses the call. `ctx`,
-  // `request` and `response` must outlive the call.
-  void StartRaw(const grpc::internal::RpcMethod Connection::*method,
-                grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, absl::Duration deadline,
-                std::function<void(absl::Status)> done);
+  // CallRaw without waiting: starts the call and returns the connection it
+  // runs on (null when the breaker refuses it). `done` gets its status,
+  // translated as CallRaw's, once it ends: on one of gRPC's threads, or at
+  // once on this one when refused. `ctx`, `request`, `response` and the
+  // returned connection must be kept until `done` has run; drop the
+  // connection on a thread of your own (the last reference to a channel
+  // must not go on one of its own callback threads: gRPC then frees its
+  // completion queue twice).
+  std::shared_ptr<const Connection> StartRaw(
+      const grpc::internal::RpcMethod Connection::*method,
+      grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response, absl::Duration deadline,
+      std::function<void(absl::Status)> done);
 
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>
