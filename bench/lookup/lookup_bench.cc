@@ -11,7 +11,9 @@
 // imports --entries entries, and starts a trivial gRPC echo server built the
 // same way (bench/lookup/echo_server.cc). Then it measures, in one run:
 //   - memo hits: Client::Lookup of memoised keys (no I/O), ns per call;
-//   - BatchLookup of --batch keys in one RPC;
+//   - BatchLookup of --batch keys (31 calls back to back before each round
+//     of the 1-process runs, the median of each round, then over rounds),
+//     and the echo server moving the same bytes;
 //   - for each process count in --procs: that many client processes (fork +
 //     exec of this binary) calling back to back for --seconds, as
 //       lookup  Client::Lookup over the unix socket (memo off),
@@ -459,60 +461,6 @@ int Orchestrate(const Flags& flags) {
   auto rpc_client = Client::Create(no_memo);
   std::vector<v1::Key> batch_keys(
       keys.begin(), keys.begin() + std::min<size_t>(batch, keys.size()));
-  // The call, back to back as the Lookup figures are; then, apart, the call
-  // plus reading every answer's execution (the client parses each status on
-  // first use). Apart: parsing 10,000 entries between two calls leaves the
-  // next one cold caches and a heap to refill, which is not the call's cost.
-  std::vector<double> batch_ms, batch_read_ms;
-  for (int i = 0; i < 31; ++i) {
-    const auto start = Clock::now();
-    absl::StatusOr<std::vector<LookupResult>> r =
-        (*rpc_client)->BatchLookup(batch_keys);
-    const auto returned = Clock::now();
-    if (!r.ok()) return fail("BatchLookup: " + r.status().ToString());
-    size_t hits = 0;
-    for (const LookupResult& result : *r) hits += result.hit();
-    if (hits != batch_keys.size()) return fail("BatchLookup: not all HITs");
-    batch_ms.push_back(
-        std::chrono::duration<double, std::milli>(returned - start).count());
-  }
-  for (int i = 0; i < 11; ++i) {
-    const auto start = Clock::now();
-    absl::StatusOr<std::vector<LookupResult>> r =
-        (*rpc_client)->BatchLookup(batch_keys);
-    if (!r.ok()) return fail("BatchLookup: " + r.status().ToString());
-    size_t read = 0;
-    for (const LookupResult& result : *r) {
-      read += result.hit() && result.entry().has_execution();
-    }
-    if (read != batch_keys.size()) return fail("BatchLookup: not all read");
-    batch_read_ms.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - start)
-            .count());
-  }
-  const double batch_median_ms = Median(batch_ms);
-  if (batch_profile_seconds > 0) {
-    // For profilers: BatchLookup back to back, the daemon's pid said first
-    // (perf record -p <it>,<this> while it runs).
-    std::cerr << "BatchLookup back to back for " << batch_profile_seconds
-              << " s; gputuned pid " << daemon << ", this pid " << getpid()
-              << "\n";
-    const auto start = Clock::now();
-    const auto until = start + std::chrono::seconds(batch_profile_seconds);
-    int calls = 0;
-    for (; Clock::now() < until; ++calls) {
-      if (!(*rpc_client)->BatchLookup(batch_keys).ok()) {
-        return fail("BatchLookup failed");
-      }
-    }
-    std::cerr << "mean "
-              << std::chrono::duration<double, std::milli>(Clock::now() - start)
-                         .count() /
-                     calls
-              << " ms over " << calls << " calls (results dropped each time)\n";
-  }
-  const double batch_read_median_ms = Median(batch_read_ms);
-
   // The floor for any answer of that size: the echo server moving as many
   // bytes each way through the same kind of channel.
   size_t batch_request_bytes = 0, batch_answer_bytes = 0;
@@ -533,35 +481,106 @@ int Orchestrate(const Flags& flags) {
     }
     batch_answer_bytes = response.ByteSizeLong();
   }
-  std::vector<double> batch_echo_ms;
-  {
-    auto stub = Echo::NewStub(grpc::CreateCustomChannel(
-        b.echo_endpoint, grpc::InsecureChannelCredentials(),
-        ChannelArgumentsFor(options)));
-    EchoRequest request;
-    request.set_payload(std::string(batch_request_bytes, 'k'));
-    request.set_reply_size(static_cast<uint32_t>(batch_answer_bytes));
+  auto echo_stub = Echo::NewStub(grpc::CreateCustomChannel(
+      b.echo_endpoint, grpc::InsecureChannelCredentials(),
+      ChannelArgumentsFor(options)));
+  EchoRequest echo_request;
+  echo_request.set_payload(std::string(batch_request_bytes, 'k'));
+  echo_request.set_reply_size(static_cast<uint32_t>(batch_answer_bytes));
+
+  // One round: the call 31 times back to back, as the Lookup figures are
+  // measured, and its echo 31 times; the median of each. A round runs
+  // before each round of the 1-process runs below, so that the machine's
+  // drift hits BatchLookup and Lookup alike; the figures are the medians
+  // over the rounds.
+  std::vector<double> batch_round_ms, batch_echo_round_ms;
+  std::string batch_error;
+  auto batch_round = [&]() -> bool {
+    std::vector<double> call_ms, echo_ms;
+    for (int i = 0; i < 31; ++i) {
+      const auto start = Clock::now();
+      absl::StatusOr<std::vector<LookupResult>> r =
+          (*rpc_client)->BatchLookup(batch_keys);
+      const auto returned = Clock::now();
+      if (!r.ok()) {
+        batch_error = "BatchLookup: " + r.status().ToString();
+        return false;
+      }
+      size_t hits = 0;
+      for (const LookupResult& result : *r) hits += result.hit();
+      if (hits != batch_keys.size()) {
+        batch_error = "BatchLookup: not all HITs";
+        return false;
+      }
+      call_ms.push_back(
+          std::chrono::duration<double, std::milli>(returned - start).count());
+    }
     for (int i = 0; i < 32; ++i) {
       grpc::ClientContext ctx;
       EchoReply reply;
       const auto start = Clock::now();
-      if (!stub->Echo(&ctx, request, &reply).ok()) {
-        return fail("echo of a BatchLookup's bytes failed");
+      if (!echo_stub->Echo(&ctx, echo_request, &reply).ok()) {
+        batch_error = "echo of a BatchLookup's bytes failed";
+        return false;
       }
-      if (i > 0) {  // the first call connects
-        batch_echo_ms.push_back(
+      if (i > 0) {  // the first call may connect
+        echo_ms.push_back(
             std::chrono::duration<double, std::milli>(Clock::now() - start)
                 .count());
       }
     }
+    batch_round_ms.push_back(Median(call_ms));
+    batch_echo_round_ms.push_back(Median(echo_ms));
+    return true;
+  };
+
+  // Apart: the call plus reading every answer's execution (the client
+  // parses each status on first use). Parsing 10,000 entries between two
+  // calls leaves the next one cold caches and a heap to refill, which is not
+  // the call's own cost.
+  std::vector<double> batch_read_ms;
+  for (int i = 0; i < 11; ++i) {
+    const auto start = Clock::now();
+    absl::StatusOr<std::vector<LookupResult>> r =
+        (*rpc_client)->BatchLookup(batch_keys);
+    if (!r.ok()) return fail("BatchLookup: " + r.status().ToString());
+    size_t read = 0;
+    for (const LookupResult& result : *r) {
+      read += result.hit() && result.entry().has_execution();
+    }
+    if (read != batch_keys.size()) return fail("BatchLookup: not all read");
+    batch_read_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - start)
+            .count());
   }
-  const double batch_echo_median_ms = Median(batch_echo_ms);
+  const double batch_read_median_ms = Median(batch_read_ms);
+  if (batch_profile_seconds > 0) {
+    // For profilers: BatchLookup back to back, the daemon's pid said first
+    // (perf record -p <it>,<this> while it runs).
+    std::cerr << "BatchLookup back to back for " << batch_profile_seconds
+              << " s; gputuned pid " << daemon << ", this pid " << getpid()
+              << "\n";
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::seconds(batch_profile_seconds);
+    int calls = 0;
+    for (; Clock::now() < until; ++calls) {
+      if (!(*rpc_client)->BatchLookup(batch_keys).ok()) {
+        return fail("BatchLookup failed");
+      }
+    }
+    std::cerr << "mean "
+              << std::chrono::duration<double, std::milli>(Clock::now() - start)
+                         .count() /
+                     calls
+              << " ms over " << calls << " calls (results dropped each time)\n";
+  }
 
   // Client processes.
   const std::vector<Mode> modes = {Mode::kEcho, Mode::kLookup, Mode::kSqlite};
   std::map<std::pair<int, int>, std::vector<Run>> runs;  // (procs, mode)
   for (int n : procs) {
     for (int r = 0; r < rounds; ++r) {
+      if (n == procs.front() && !batch_round()) return fail(batch_error);
       for (size_t m = 0; m < modes.size(); ++m) {
         // Rotate the order each round: no mode always runs first.
         const Mode mode = modes[(m + r) % modes.size()];
@@ -570,6 +589,13 @@ int Orchestrate(const Flags& flags) {
       }
     }
   }
+  if (procs.empty()) {  // memo and batch only
+    for (int r = 0; r < rounds; ++r) {
+      if (!batch_round()) return fail(batch_error);
+    }
+  }
+  const double batch_median_ms = Median(batch_round_ms);
+  const double batch_echo_median_ms = Median(batch_echo_round_ms);
   std::cerr << "\n";
   Stop(echo);
   Stop(daemon);
@@ -672,23 +698,27 @@ int Orchestrate(const Flags& flags) {
       one_lookup.p50 > 0 ? batch_median_ms * 1000 / one_lookup.p50 : 0;
   const double batch_read_ratio =
       one_lookup.p50 > 0 ? batch_read_median_ms * 1000 / one_lookup.p50 : 0;
+  const std::string batch_rounds =
+      absl::StrJoin(batch_round_ms, " ", [](std::string* out, double ms) {
+        absl::StrAppend(out, absl::StrFormat("%.2f", ms));
+      });
   verdicts.push_back(
       one_lookup.p50 > 0
           ? absl::StrFormat(
-                "BatchLookup of %zu keys %.2f ms = %.1fx one Lookup "
-                "p50 (target <= 20): %s; with every entry read %.2f ms = "
-                "%.1fx; echo of its bytes (%zu B in, %zu B out) %.2f ms = "
-                "%.1fx",
-                batch_keys.size(), batch_median_ms, batch_ratio,
+                "BatchLookup of %zu keys %.2f ms (rounds %s) = %.1fx one "
+                "Lookup p50 (target <= 20): %s; with every entry read %.2f "
+                "ms = %.1fx; echo of its bytes (%zu B in, %zu B out) %.2f "
+                "ms = %.1fx",
+                batch_keys.size(), batch_median_ms, batch_rounds, batch_ratio,
                 batch_ratio <= 20 ? "met" : "MISSED", batch_read_median_ms,
                 batch_read_ratio, batch_request_bytes, batch_answer_bytes,
                 batch_echo_median_ms,
                 batch_echo_median_ms * 1000 / one_lookup.p50)
-          : absl::StrFormat("BatchLookup of %zu keys %.2f ms; with every "
-                            "entry read %.2f ms; echo of its bytes (%zu B "
-                            "in, %zu B out) %.2f ms (no Lookup run to "
+          : absl::StrFormat("BatchLookup of %zu keys %.2f ms (rounds %s); "
+                            "with every entry read %.2f ms; echo of its bytes "
+                            "(%zu B in, %zu B out) %.2f ms (no Lookup run to "
                             "compare with)",
-                            batch_keys.size(), batch_median_ms,
+                            batch_keys.size(), batch_median_ms, batch_rounds,
                             batch_read_median_ms, batch_request_bytes,
                             batch_answer_bytes, batch_echo_median_ms));
   verdicts.push_back(absl::StrFormat(
@@ -700,6 +730,7 @@ int Orchestrate(const Flags& flags) {
   absl::StrAppend(
       &json, "  \"batch_lookup\": {\"keys\": ", batch_keys.size(),
       ", \"median_ms\": ", absl::StrFormat("%.3f", batch_median_ms),
+      ", \"rounds_ms\": [", absl::StrJoin(batch_round_ms, ", "), "]",
       ", \"ratio_to_lookup_p50\": ", absl::StrFormat("%.2f", batch_ratio),
       ", \"with_entries_read_ms\": ",
       absl::StrFormat("%.3f", batch_read_median_ms),
