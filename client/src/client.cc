@@ -123,9 +123,9 @@ namespace {
 struct BatchPart {
   const v1::Key* keys = nullptr;
   size_t count = 0;
-  // Its request, answer and cells.
-  client_internal::CallBlock::Maker block;
-  // Each key's bytes in block->bytes().request.
+  std::shared_ptr<client_internal::CallBytes> call =
+      std::make_shared<client_internal::CallBytes>();
+  // Each key's bytes in call->request.
   std::vector<absl::string_view> asked_keys;
   // The call's connection, kept until it ends and dropped on the caller's
   // thread (see Rpc::StartRaw), after the call's context.
@@ -142,8 +142,7 @@ struct BatchPart {
 // a second). The part's keys are keys[first], ... of the batch: an invalid
 // key is named by that index.
 absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
-  part->block = client_internal::CallBlock::Create(part->count);
-  std::string& request = part->block->bytes().request;
+  std::string& request = part->call->request;
   request.reserve(part->count * 48 + 4);
   std::vector<std::pair<size_t, size_t>> key_spans(part->count);
   for (size_t i = 0; i < part->count; ++i) {
@@ -165,9 +164,16 @@ absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
     part->asked_keys[i] = absl::string_view(request).substr(
         key_spans[i].first, key_spans[i].second);
   }
-  // gRPC reads the request in place; the slice holds the block.
-  grpc::Slice slice(const_cast<char*>(request.data()), request.size(),
-                    &client_internal::CallBlock::Return, part->block->Lend());
+  // gRPC reads the request in place; the slice keeps it alive.
+  auto* keep =
+      new std::shared_ptr<const client_internal::CallBytes>(part->call);
+  grpc::Slice slice(
+      const_cast<char*>(request.data()), request.size(),
+      [](void* p) {
+        delete static_cast<std::shared_ptr<const client_internal::CallBytes>*>(
+            p);
+      },
+      keep);
   part->request = grpc::ByteBuffer(&slice, 1);
   return absl::OkStatus();
 }
@@ -228,7 +234,7 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
     absl::StatusOr<
         std::vector<std::shared_ptr<const client_internal::StatusCell>>>
         cells = client_internal::CellsFromBatchAnswer(
-            part->response, *part->block, part->asked_keys);
+            part->response, part->call, part->asked_keys);
     if (!cells.ok()) {
       error = cells.status();
       continue;

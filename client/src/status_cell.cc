@@ -19,31 +19,13 @@ StatusCell::StatusCell(v1::KeyStatus status)
 
 StatusCell::StatusCell(v1::KeyState state, absl::string_view bytes,
                        absl::string_view asked_key,
-                       absl::string_view execution_source)
+                       std::shared_ptr<const CallBytes> call,
+                       std::shared_ptr<const StatusCell> execution_source)
     : state_(state),
       bytes_(bytes),
       asked_key_(asked_key),
-      execution_source_(execution_source) {}
-
-namespace {
-
-// Merges the execution of the serialized KeyStatus `status` (its
-// entry.execution) into *out, as protobuf would parse it.
-void MergeExecution(absl::string_view status, v1::Execution* out) {
-  wire::ForEachBytesField(
-      status, v1::KeyStatus::kEntryFieldNumber, [out](absl::string_view entry) {
-        wire::ForEachBytesField(
-            entry, v1::Entry::kExecutionFieldNumber,
-            [out](absl::string_view execution) {
-              google::protobuf::io::CodedInputStream in(
-                  reinterpret_cast<const uint8_t*>(execution.data()),
-                  static_cast<int>(execution.size()));
-              out->MergeFromCodedStream(&in);
-            });
-      });
-}
-
-}  // namespace
+      call_(std::move(call)),
+      execution_source_(std::move(execution_source)) {}
 
 const v1::KeyStatus& StatusCell::status() const {
   absl::call_once(parsed_, [this] {
@@ -61,109 +43,16 @@ const v1::KeyStatus& StatusCell::status() const {
         status.has_entry() && !status.entry().has_key()) {
       *status.mutable_entry()->mutable_key() = status.key();
     }
-    // Sent without its execution (share_executions): the named status's.
-    if (!execution_source_.empty() && status.execution_ref() != 0) {
-      MergeExecution(execution_source_,
-                     status.mutable_entry()->mutable_execution());
+    // Sent without its execution (share_executions): the earlier status's.
+    if (execution_source_ != nullptr && status.execution_ref() != 0) {
+      const v1::KeyStatus& source = execution_source_->status();
+      *status.mutable_entry()->mutable_execution() = source.entry().execution();
       status.clear_execution_ref();
     }
+    call_.reset();
+    execution_source_.reset();
   });
   return status_;
-}
-
-// Allocates the cells of a CallBlock (and what allocate_shared puts beside
-// each) in its room; each allocation holds the block.
-template <typename T>
-class CellAllocator {
- public:
-  using value_type = T;
-  explicit CellAllocator(CallBlock* block) : block_(block) {}
-  template <typename U>
-  CellAllocator(const CellAllocator<U>& other) : block_(other.block_) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(block_->Allocate(n * sizeof(T), alignof(T)));
-  }
-  void deallocate(T* p, size_t) { block_->Deallocate(p); }
-  friend bool operator==(const CellAllocator& a, const CellAllocator& b) {
-    return a.block_ == b.block_;
-  }
-  friend bool operator!=(const CellAllocator& a, const CellAllocator& b) {
-    return a.block_ != b.block_;
-  }
-
- private:
-  template <typename U>
-  friend class CellAllocator;
-  CallBlock* block_;
-};
-
-namespace {
-
-// Room per cell: the cell and what allocate_shared puts beside it (a
-// vtable pointer, two counts and the allocator), rounded up.
-constexpr size_t kCellRoom = (sizeof(StatusCell) + 32 + 15) / 16 * 16;
-
-std::atomic<size_t> live_blocks{0};
-
-}  // namespace
-
-CallBlock::CallBlock(size_t bytes)
-    : capacity_(bytes), room_(bytes == 0 ? nullptr : new char[bytes]) {
-  live_blocks.fetch_add(1, std::memory_order_relaxed);
-}
-
-CallBlock::~CallBlock() { live_blocks.fetch_sub(1, std::memory_order_relaxed); }
-
-size_t CallBlock::live() { return live_blocks.load(std::memory_order_relaxed); }
-
-CallBlock::Maker CallBlock::Create(size_t cells) {
-  return Maker(new CallBlock(cells * kCellRoom));
-}
-
-void CallBlock::Release::operator()(CallBlock* block) const {
-  // The holds taken while making are counted now; the maker's goes.
-  block->Drop(kMaking - block->taken_);
-}
-
-void CallBlock::Drop(size_t holds) {
-  if (holds_.fetch_sub(holds, std::memory_order_acq_rel) == holds) {
-    delete this;
-  }
-}
-
-void* CallBlock::Lend() {
-  ++taken_;
-  return this;
-}
-
-void CallBlock::Return(void* block) { static_cast<CallBlock*>(block)->Drop(1); }
-
-void* CallBlock::Allocate(size_t size, size_t align) {
-  ++taken_;
-  const size_t at = (used_ + align - 1) / align * align;
-  if (at + size <= capacity_) {
-    used_ = at + size;
-    return room_.get() + at;
-  }
-  return ::operator new(size);
-}
-
-void CallBlock::Deallocate(void* p) {
-  if (!Holds(p)) ::operator delete(p);
-  Drop(1);
-}
-
-bool CallBlock::Holds(const void* p) const {
-  const char* c = static_cast<const char*>(p);
-  return room_ != nullptr && c >= room_.get() && c < room_.get() + capacity_;
-}
-
-std::shared_ptr<const StatusCell> CallBlock::MakeCell(
-    v1::KeyState state, absl::string_view bytes, absl::string_view asked_key,
-    absl::string_view execution_source) {
-  return std::allocate_shared<const StatusCell>(CellAllocator<StatusCell>(this),
-                                                state, bytes, asked_key,
-                                                execution_source);
 }
 
 namespace {
@@ -188,6 +77,20 @@ bool ReadStateAndRef(absl::string_view status, v1::KeyState* state,
     }
   }
   return r.ok();
+}
+
+// A cell for the serialized KeyStatus `status` (of the key `asked_key`, or
+// empty), which lies in `call`; null when its state cannot be read.
+std::shared_ptr<const StatusCell> CellOf(
+    absl::string_view status, absl::string_view asked_key,
+    std::shared_ptr<const CallBytes> call) {
+  uint64_t state = v1::KEY_STATE_UNSPECIFIED;
+  if (!wire::LastVarintField(status, v1::KeyStatus::kStateFieldNumber,
+                             &state)) {
+    return nullptr;
+  }
+  return std::make_shared<const StatusCell>(static_cast<v1::KeyState>(state),
+                                            status, asked_key, std::move(call));
 }
 
 absl::string_view SliceBytes(const grpc::Slice& slice) {
@@ -258,14 +161,13 @@ bool ForEachAnswerField(CallBytes* call, uint32_t field,
 
 absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
     const grpc::ByteBuffer& answer) {
-  CallBlock::Maker block = CallBlock::Create(1);
-  CallBytes& call = block->bytes();
-  if (answer.Valid() && !answer.Dump(&call.answer).ok()) {
+  auto call = std::make_shared<CallBytes>();
+  if (answer.Valid() && !answer.Dump(&call->answer).ok()) {
     return absl::InternalError("cannot read gputuned's Lookup answer");
   }
   absl::string_view status;
   int statuses = 0;
-  if (!ForEachAnswerField(&call, v1::LookupResponse::kStatusFieldNumber,
+  if (!ForEachAnswerField(call.get(), v1::LookupResponse::kStatusFieldNumber,
                           [&](absl::string_view s) {
                             status = s;
                             ++statuses;
@@ -275,7 +177,7 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
   }
   if (statuses != 1) {  // none (an empty status), or parts to merge
     std::string whole;
-    for (const grpc::Slice& slice : call.answer) {
+    for (const grpc::Slice& slice : call->answer) {
       whole.append(SliceBytes(slice).data(), slice.size());
     }
     v1::LookupResponse parsed;
@@ -286,35 +188,30 @@ absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
     return std::make_shared<const StatusCell>(
         std::move(*parsed.mutable_status()));
   }
-  uint64_t state = v1::KEY_STATE_UNSPECIFIED;
-  if (!wire::LastVarintField(status, v1::KeyStatus::kStateFieldNumber,
-                             &state)) {
+  std::shared_ptr<const StatusCell> cell = CellOf(status, {}, std::move(call));
+  if (cell == nullptr) {
     return absl::InternalError(
         "gputuned's Lookup answer is not a LookupResponse");
   }
-  return block->MakeCell(static_cast<v1::KeyState>(state), status, {});
+  return cell;
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
-CellsFromBatchAnswer(const grpc::ByteBuffer& answer, CallBlock& block,
+CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
+                     std::shared_ptr<CallBytes> call,
                      absl::Span<const absl::string_view> asked_keys) {
-  CallBytes& call = block.bytes();
-  if (answer.Valid() && !answer.Dump(&call.answer).ok()) {
+  if (answer.Valid() && !answer.Dump(&call->answer).ok()) {
     return absl::InternalError("cannot read gputuned's BatchLookup answer");
   }
   std::vector<std::shared_ptr<const StatusCell>> cells;
   cells.reserve(asked_keys.size());
-  // Each status's bytes, and whether it has an execution_ref: a ref may
-  // only name one without, so that a cell's parse looks back one step.
-  struct Seen {
-    absl::string_view bytes;
-    bool refers;
-  };
-  std::vector<Seen> seen;
-  seen.reserve(asked_keys.size());
+  // Whether each status has an execution_ref: a ref may only name one
+  // without, so that a cell's parse looks back one step at most.
+  std::vector<bool> refers;
+  refers.reserve(asked_keys.size());
   std::string error;
   if (!ForEachAnswerField(
-          &call, v1::BatchLookupResponse::kStatusesFieldNumber,
+          call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
           [&](absl::string_view status) {
             if (!error.empty()) return;
             const size_t i = cells.size();
@@ -324,21 +221,21 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer, CallBlock& block,
               error = "is not a BatchLookupResponse";
               return;
             }
-            absl::string_view source;
+            std::shared_ptr<const StatusCell> source;
             if (ref != 0) {
-              if (ref > i || seen[ref - 1].refers ||
+              if (ref > i || refers[ref - 1] ||
                   (cells[ref - 1]->state() != v1::KEY_STATE_HIT &&
                    cells[ref - 1]->state() != v1::KEY_STATE_STALE)) {
                 error = absl::StrCat("refers status ", i + 1, " to status ",
                                      ref, ", which has no execution to share");
                 return;
               }
-              source = seen[ref - 1].bytes;
+              source = cells[ref - 1];
             }
-            seen.push_back({status, ref != 0});
-            cells.push_back(block.MakeCell(
-                state, status, i < asked_keys.size() ? asked_keys[i] : "",
-                source));
+            refers.push_back(ref != 0);
+            cells.push_back(std::make_shared<const StatusCell>(
+                state, status, i < asked_keys.size() ? asked_keys[i] : "", call,
+                std::move(source)));
           })) {
     error = "is not a BatchLookupResponse";
   }

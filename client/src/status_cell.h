@@ -6,24 +6,23 @@
 // Preload fills the memo with cells that hold each status's bytes and its
 // state (read from the bytes without parsing); a cell parses its status the
 // first time the entry is read, once, under absl::call_once. A Lookup RPC's
-// answer is held the same way.
+// answer is held the same way: the RPC itself allocates three objects
+// instead of some twenty-five. The answer's bytes stay alive while a cell
+// that has not parsed them does.
 //
 // A BatchLookup asks for statuses without keys (omit_keys): the client has
 // them already, in its request. A cell then holds its key's bytes too, and
 // puts the key back into the status (and a HIT's entry) when it parses.
 //
 // It also asks for each execution once (share_executions): a status whose
-// execution equals an earlier one's holds that status's bytes, and takes
-// the execution from them when it parses.
+// execution equals an earlier one's refers to that status's cell, and takes
+// the execution from it when it parses.
 //
-// The cells of one call live in a CallBlock with the call's bytes: one
-// allocation for a batch's cells, freed with the bytes when the last cell
-// goes. Each cell still has its own reference count: threads looking up
-// different keys of one batch share no cache line on the memo's hot path.
+// Each cell has its own reference count: threads looking up different keys
+// of one batch share no cache line on the memo's hot path.
 #ifndef GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 #define GPUTUNE_CLIENT_SRC_STATUS_CELL_H_
 
-#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -53,14 +52,14 @@ class StatusCell {
  public:
   // A status parsed already.
   explicit StatusCell(v1::KeyStatus status);
-  // A serialized KeyStatus of the given state: `bytes`. `asked_key`: empty,
-  // or the serialized key asked for, for a status that may have been sent
-  // without it. `execution_source`: empty, or the serialized status its
-  // execution_ref names. All must outlive the cell: made by a CallBlock from
-  // the bytes it holds, they do.
+  // A serialized KeyStatus of the given state: `bytes`, which lie in
+  // `call`. `asked_key`: empty, or the serialized key asked for (also in
+  // `call`), for a status that may have been sent without it.
+  // `execution_source`: null, or the cell of the status its execution_ref
+  // names (one that has no execution_ref itself).
   StatusCell(v1::KeyState state, absl::string_view bytes,
-             absl::string_view asked_key,
-             absl::string_view execution_source = {});
+             absl::string_view asked_key, std::shared_ptr<const CallBytes> call,
+             std::shared_ptr<const StatusCell> execution_source = nullptr);
 
   StatusCell(const StatusCell&) = delete;
   StatusCell& operator=(const StatusCell&) = delete;
@@ -75,73 +74,12 @@ class StatusCell {
   mutable absl::once_flag parsed_;
   const absl::string_view bytes_;
   const absl::string_view asked_key_;
-  const absl::string_view execution_source_;
   // In the cell, not allocated when parsed: reading a memoised entry is the
   // hot path, and one more pointer to follow cost a cache miss there.
   mutable v1::KeyStatus status_;
-};
-
-// One call's bytes and the memory of the cells made from them, freed
-// together once the last cell and the last other holder are gone.
-//
-//   CallBlock::Maker block = CallBlock::Create(keys);  // the maker's hold
-//   block->bytes().request = ...;
-//   grpc::Slice lent(data, size, &CallBlock::Return, block->Lend());
-//   ... the call ...
-//   std::shared_ptr<const StatusCell> cell = block->MakeCell(...);
-//
-// While the maker holds it (until `Maker` goes), only the maker's thread
-// makes cells and lends the block; the cells and the loans may then be
-// dropped on any thread.
-class CallBlock {
- public:
-  struct Release {
-    void operator()(CallBlock* block) const;
-  };
-  using Maker = std::unique_ptr<CallBlock, Release>;
-
-  // A block with room for about `cells` cells (more are allocated apart,
-  // and still hold the block).
-  static Maker Create(size_t cells);
-
-  CallBytes& bytes() { return bytes_; }
-
-  // A hold for something other than a cell, such as a request slice lent to
-  // gRPC: pass the result to Return to release it. Only while the maker
-  // holds the block.
-  void* Lend();
-  static void Return(void* block);
-
-  // A cell in the block (see StatusCell); only while the maker holds it.
-  std::shared_ptr<const StatusCell> MakeCell(
-      v1::KeyState state, absl::string_view bytes, absl::string_view asked_key,
-      absl::string_view execution_source = {});
-
-  // Whether `p` lies in the block's own room; how many blocks exist (both
-  // for tests).
-  bool Holds(const void* p) const;
-  static size_t live();
-
- private:
-  template <typename T>
-  friend class CellAllocator;
-  // Holds not yet counted while the maker holds the block: one for the
-  // maker, one for each cell and loan counted in taken_ and settled when
-  // the maker lets go.
-  static constexpr size_t kMaking = size_t{1} << 62;
-
-  explicit CallBlock(size_t bytes);
-  ~CallBlock();
-  void* Allocate(size_t size, size_t align);
-  void Deallocate(void* p);
-  void Drop(size_t holds);
-
-  std::atomic<size_t> holds_{kMaking};
-  size_t taken_ = 0;  // holds taken while making: cells and loans
-  CallBytes bytes_;
-  const size_t capacity_;
-  size_t used_ = 0;
-  const std::unique_ptr<char[]> room_;
+  // Both dropped once parsed.
+  mutable std::shared_ptr<const CallBytes> call_;
+  mutable std::shared_ptr<const StatusCell> execution_source_;
 };
 
 // The status of a LookupResponse as received. An error for bytes that are
@@ -149,13 +87,14 @@ class CallBlock {
 absl::StatusOr<std::shared_ptr<const StatusCell>> CellFromLookupAnswer(
     const grpc::ByteBuffer& answer);
 
-// Splits a BatchLookupResponse as received into one cell per status, made in
-// `block`, in order; asked_keys[i] (in block.bytes().request) is the key of
+// Splits a BatchLookupResponse as received into one cell per status, in
+// order; asked_keys[i] (in call->request, which the cells keep) is the key of
 // status i. An error for bytes that are not a BatchLookupResponse, that
 // hold another number of statuses than asked_keys, or whose execution_refs
 // do not each name an earlier HIT or STALE status without one.
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>>
-CellsFromBatchAnswer(const grpc::ByteBuffer& answer, CallBlock& block,
+CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
+                     std::shared_ptr<CallBytes> call,
                      absl::Span<const absl::string_view> asked_keys);
 
 }  // namespace gputune::client_internal

@@ -51,8 +51,8 @@ grpc::ByteBuffer Received(const std::string& bytes, size_t slice_size = 0) {
 absl::StatusOr<std::vector<std::shared_ptr<const StatusCell>>> Cells(
     const std::string& bytes, size_t count, size_t slice_size = 0) {
   std::vector<absl::string_view> no_keys(count);
-  CallBlock::Maker block = CallBlock::Create(count);
-  return CellsFromBatchAnswer(Received(bytes, slice_size), *block, no_keys);
+  return CellsFromBatchAnswer(Received(bytes, slice_size),
+                              std::make_shared<CallBytes>(), no_keys);
 }
 
 }  // namespace
@@ -88,21 +88,20 @@ TEST_CASE("statuses sent without keys get the asked keys back") {
   }
   for (size_t slice_size : {0, 5}) {
     INFO("slices of " << slice_size);
-    CallBlock::Maker block = CallBlock::Create(4);
-    std::string& request = block->bytes().request;
+    auto call = std::make_shared<CallBytes>();
     std::vector<std::pair<size_t, size_t>> spans;
     for (const v1::KeyStatus& s : full.statuses()) {
-      const size_t at = request.size();
-      s.key().AppendToString(&request);
-      spans.emplace_back(at, request.size() - at);
+      const size_t at = call->request.size();
+      s.key().AppendToString(&call->request);
+      spans.emplace_back(at, call->request.size() - at);
     }
     std::vector<absl::string_view> asked;
     for (auto [at, size] : spans) {
-      asked.push_back(absl::string_view(request).substr(at, size));
+      asked.push_back(absl::string_view(call->request).substr(at, size));
     }
     auto cells = CellsFromBatchAnswer(
-        Received(sent.SerializeAsString(), slice_size), *block, asked);
-    block.reset();  // the cells keep the request
+        Received(sent.SerializeAsString(), slice_size), call, asked);
+    call.reset();  // the cells keep the request
     REQUIRE(cells.ok());
     REQUIRE(cells->size() == 4);
     for (int i = 0; i < 4; ++i) {
@@ -117,13 +116,14 @@ TEST_CASE("statuses from a daemon that ignores omit_keys keep their keys") {
   // An older gputuned sends each status with its key: the asked keys are
   // not needed, and must not change anything.
   const v1::BatchLookupResponse full = Answer();
+  auto call = std::make_shared<CallBytes>();
+  v1::Key other = DenseKey(99);
+  other.SerializeToString(&call->request);
+  std::vector<absl::string_view> asked(4, call->request);
   for (size_t slice_size : {0, 6}) {
     INFO("slices of " << slice_size);
-    CallBlock::Maker block = CallBlock::Create(4);
-    DenseKey(99).SerializeToString(&block->bytes().request);
-    std::vector<absl::string_view> asked(4, block->bytes().request);
     auto cells = CellsFromBatchAnswer(
-        Received(full.SerializeAsString(), slice_size), *block, asked);
+        Received(full.SerializeAsString(), slice_size), call, asked);
     REQUIRE(cells.ok());
     for (int i = 0; i < 4; ++i) {
       CHECK(
@@ -182,38 +182,6 @@ TEST_CASE("statuses sent without their execution take it from the named one") {
     CHECK_THAT(std::string(cells.status().message()),
                Catch::Contains("which has no execution to share"));
   }
-}
-
-TEST_CASE("a call's cells share its block, which goes with the last holder") {
-  const size_t before = CallBlock::live();
-  const std::string status = Answer().statuses(0).SerializeAsString();
-  std::vector<std::shared_ptr<const StatusCell>> cells;
-  CallBlock::Maker block = CallBlock::Create(100);
-  block->bytes().request = status;  // the cells read these bytes
-  const absl::string_view bytes = block->bytes().request;
-  for (int i = 0; i < 150; ++i) {  // 50 more than it has room for
-    cells.push_back(block->MakeCell(v1::KEY_STATE_HIT, bytes, {}));
-  }
-  // Room for 100 at least (rounded up), not for 150.
-  for (int i = 0; i < 100; ++i) CHECK(block->Holds(cells[i].get()));
-  for (int i = 110; i < 150; ++i) CHECK_FALSE(block->Holds(cells[i].get()));
-  void* loan = block->Lend();
-  block.reset();  // the maker lets go: the cells and the loan hold it
-  CHECK(CallBlock::live() == before + 1);
-  // A cell kept alone (made apart from the room, or in it) still reads.
-  std::shared_ptr<const StatusCell> apart = cells[120];
-  std::shared_ptr<const StatusCell> in_room = cells[7];
-  cells.clear();
-  CHECK(MessageDifferencer::Equals(apart->status(), Answer().statuses(0)));
-  apart.reset();
-  CHECK(MessageDifferencer::Equals(in_room->status(), Answer().statuses(0)));
-  in_room.reset();
-  CHECK(CallBlock::live() == before + 1);  // the loan
-  CallBlock::Return(loan);
-  CHECK(CallBlock::live() == before);
-  // A block whose maker made nothing goes with the maker.
-  CallBlock::Create(10).reset();
-  CHECK(CallBlock::live() == before);
 }
 
 TEST_CASE("threads reading one cell at once all see the whole parsed status") {
