@@ -12,8 +12,9 @@
 // same way (bench/lookup/echo_server.cc). Then it measures, in one run:
 //   - memo hits: Client::Lookup of memoised keys (no I/O), ns per call;
 //   - BatchLookup of --batch keys (31 calls back to back before each round
-//     of the 1-process runs, the median of each round, then over rounds),
-//     and the echo server moving the same bytes;
+//     of the first --procs count's runs, or --rounds times without any; the
+//     median of each round, then over rounds), and the echo server moving
+//     the same bytes;
 //   - for each process count in --procs: that many client processes (fork +
 //     exec of this binary) calling back to back for --seconds, as
 //       lookup  Client::Lookup over the unix socket (memo off),
@@ -490,9 +491,9 @@ int Orchestrate(const Flags& flags) {
 
   // One round: the call 31 times back to back, as the Lookup figures are
   // measured, and its echo 31 times; the median of each. A round runs
-  // before each round of the 1-process runs below, so that the machine's
-  // drift hits BatchLookup and Lookup alike; the figures are the medians
-  // over the rounds.
+  // before each round of the first process count's runs below (1 by
+  // default), so that the machine's drift hits BatchLookup and Lookup
+  // alike; the figures are the medians over the rounds.
   std::vector<double> batch_round_ms, batch_echo_round_ms;
   std::string batch_error;
   auto batch_round = [&]() -> bool {

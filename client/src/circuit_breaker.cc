@@ -53,6 +53,12 @@ void CircuitBreaker::ReportFailure(const absl::Status& failure) {
   }
 }
 
+void CircuitBreaker::GiveUp(bool probe) {
+  if (!probe) return;
+  absl::MutexLock lock(&mu_);
+  probing_ = false;
+}
+
 bool CircuitBreaker::open() const {
   absl::MutexLock lock(&mu_);
   return consecutive_failures_ >= options_.failures;

@@ -50,6 +50,9 @@ class CircuitBreaker {
   // reached or did not answer in time) carries its message.
   void ReportSuccess() ABSL_LOCKS_EXCLUDED(mu_);
   void ReportFailure(const absl::Status& failure) ABSL_LOCKS_EXCLUDED(mu_);
+  // An admitted call given up before it learned anything of the daemon: no
+  // verdict. `probe`: it was the probe (see Admit), whose slot is free again.
+  void GiveUp(bool probe) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool open() const ABSL_LOCKS_EXCLUDED(mu_);
 

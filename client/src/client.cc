@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
@@ -122,20 +124,34 @@ namespace {
 // flight; then its answer.
 struct BatchPart {
   const v1::Key* keys = nullptr;
+  size_t begin = 0;  // keys[0] is the batch's keys[begin]
   size_t count = 0;
   std::shared_ptr<client_internal::CallBytes> call =
       std::make_shared<client_internal::CallBytes>();
   // Each key's bytes in call->request.
   std::vector<absl::string_view> asked_keys;
-  // The call's connection, kept until it ends and dropped on the caller's
-  // thread (see Rpc::StartRaw), after the call's context.
-  std::shared_ptr<const client_internal::Connection> connection;
   grpc::ClientContext ctx;
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
+  grpc::Status status;  // set before `done`
   absl::Notification done;
-  absl::Status status;  // set before `done`
 };
+
+// The daemon names a bad key by its index in the request: in a later part,
+// its index in the batch is `begin` more.
+absl::Status InBatch(absl::Status status, size_t begin) {
+  absl::string_view message = status.message();
+  size_t index = 0;
+  const size_t close = message.find(']');
+  if (begin == 0 || !absl::ConsumePrefix(&message, "keys[") ||
+      close == absl::string_view::npos ||
+      !absl::SimpleAtoi(message.substr(0, close - 5), &index)) {
+    return status;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat("keys[", index + begin, status.message().substr(close)));
+}
 
 // Writes the part's request, checking each key as it goes (one pass over
 // the keys, which a batch of 10,000 no longer finds in the CPU's caches on
@@ -193,43 +209,73 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   // goes in two at least, all in flight at once: the daemon answers one part
   // while this thread writes the next one's request and splits the answer
   // of the one before.
+  //
+  // The parts are one call to the circuit breaker: admitted once, with the
+  // first, and one verdict for all of them.
   size_t parts = (count + kMaxBatchKeys - 1) / kMaxBatchKeys;
   if (parts < 2 && count >= kTwoPartBatchKeys) parts = 2;
+  // Declared before the parts: dropped after them, on this thread (see
+  // Rpc::StartRaw).
+  std::shared_ptr<const client_internal::Connection> connection;
+  bool probe = false;
   std::vector<std::unique_ptr<BatchPart>> started;
   absl::Status error;
   // One deadline for the whole call: a later part gets what is left.
   const absl::Time deadline = absl::Now() + options.deadline;
   for (size_t p = 0; p < parts; ++p) {
-    const size_t begin = count * p / parts;
-    const size_t end = count * (p + 1) / parts;
     auto part = std::make_unique<BatchPart>();
-    part->keys = keys + begin;
-    part->count = end - begin;
-    error = WriteBatchRequest(part.get(), begin);
+    part->begin = count * p / parts;
+    part->keys = keys + part->begin;
+    part->count = count * (p + 1) / parts - part->begin;
+    error = WriteBatchRequest(part.get(), part->begin);
+    if (error.ok() && connection == nullptr) {
+      error = rpc.Admit(&connection, /*may_probe=*/true, &probe);
+    }
     if (!error.ok()) {
-      // An invalid key: the parts in flight (lookups, which change
-      // nothing) are given up.
+      // An invalid key, or the breaker is open: the parts in flight
+      // (lookups, which change nothing) are given up.
       for (const std::unique_ptr<BatchPart>& s : started) s->ctx.TryCancel();
       break;
     }
     BatchPart* const raw = part.get();
-    raw->connection = rpc.StartRaw(
-        &client_internal::Connection::batch_lookup, &raw->ctx, &raw->request,
-        &raw->response, std::max(deadline - absl::Now(), absl::Milliseconds(1)),
-        [raw](absl::Status status) {
-          raw->status = std::move(status);
+    client_internal::Rpc::StartRaw(
+        *connection, &client_internal::Connection::batch_lookup, &raw->ctx,
+        &raw->request, &raw->response,
+        std::max(deadline - absl::Now(), absl::Milliseconds(1)),
+        [raw](const grpc::Status& status) {
+          raw->status = status;
           raw->done.Notify();
         });
     started.push_back(std::move(part));
   }
   // Every started call is waited for, even after an error: each holds its
-  // part.
+  // part. The breaker hears once: of the first transport failure, else of
+  // the first part the daemon answered; parts this call cancelled itself
+  // tell it nothing.
+  const BatchPart* failed = nullptr;
+  const BatchPart* answered = nullptr;
   for (const std::unique_ptr<BatchPart>& part : started) {
     part->done.WaitForNotification();
-    if (!error.ok()) continue;
+    if (client_internal::IsTransportFailure(part->status)) {
+      if (failed == nullptr) failed = part.get();
+    } else if (answered == nullptr &&
+               (error.ok() ||
+                part->status.error_code() != grpc::StatusCode::CANCELLED)) {
+      answered = part.get();
+    }
+  }
+  if (const BatchPart* judged = failed != nullptr ? failed : answered) {
+    absl::Status verdict = rpc.Conclude(judged->status, options.deadline);
+    if (error.ok()) error = InBatch(std::move(verdict), judged->begin);
+  } else if (connection != nullptr) {
+    rpc.GiveUp(probe);
+  }
+  for (const std::unique_ptr<BatchPart>& part : started) {
+    if (!error.ok()) break;
     if (!part->status.ok()) {
-      error = part->status;
-      continue;
+      error =
+          InBatch(rpc.Translate(part->status, options.deadline), part->begin);
+      break;
     }
     absl::StatusOr<
         std::vector<std::shared_ptr<const client_internal::StatusCell>>>
@@ -237,7 +283,7 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
             part->response, part->call, part->asked_keys);
     if (!cells.ok()) {
       error = cells.status();
-      continue;
+      break;
     }
     for (size_t i = 0; i < part->count; ++i) {
       out->push_back(Remember(part->keys[i], std::move((*cells)[i])));

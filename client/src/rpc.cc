@@ -53,9 +53,10 @@ Rpc::Rpc(std::string endpoint, std::shared_ptr<grpc::Channel> channel,
       connection_(std::make_shared<const Connection>(std::move(channel))) {}
 
 absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
-                        bool may_probe) {
+                        bool may_probe, bool* is_probe) {
   bool probe = false;
   if (absl::Status s = breaker_.Admit(may_probe, &probe); !s.ok()) return s;
+  if (is_probe != nullptr) *is_probe = probe;
   absl::MutexLock lock(&mu_);
   if (probe) {
     if (factory_ != nullptr &&
@@ -87,32 +88,36 @@ absl::Status Rpc::CallRaw(const grpc::internal::RpcMethod Connection::*method,
   return Conclude(status, deadline);
 }
 
-std::shared_ptr<const Connection> Rpc::StartRaw(
-    const grpc::internal::RpcMethod Connection::*method,
-    grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response, absl::Duration deadline,
-    std::function<void(absl::Status)> done) {
-  std::shared_ptr<const Connection> connection;
-  if (absl::Status s = Admit(&connection); !s.ok()) {
-    done(s);
-    return nullptr;
-  }
+void Rpc::StartRaw(const Connection& connection,
+                   const grpc::internal::RpcMethod Connection::*method,
+                   grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
+                   grpc::ByteBuffer* response, absl::Duration deadline,
+                   std::function<void(const grpc::Status&)> done) {
   SetDeadline(ctx, deadline);
   // The call a generated stub's async() makes, with ByteBuffer as both
   // messages. The callback holds no reference to the connection: the
   // caller keeps it (see rpc.h).
   grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      connection->channel.get(), (*connection).*method, ctx, request, response,
-      [this, deadline, done = std::move(done)](grpc::Status status) {
-        done(Conclude(status, deadline));
-      });
-  return connection;
+      connection.channel.get(), connection.*method, ctx, request, response,
+      [done = std::move(done)](grpc::Status status) { done(status); });
 }
+
+void Rpc::GiveUp(bool probe) { breaker_.GiveUp(probe); }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,
                            absl::Duration deadline) {
-  if (!IsTransportFailure(status)) {
+  absl::Status translated = Translate(status, deadline);
+  if (IsTransportFailure(status)) {
+    breaker_.ReportFailure(translated);
+  } else {
     breaker_.ReportSuccess();
+  }
+  return translated;
+}
+
+absl::Status Rpc::Translate(const grpc::Status& status,
+                            absl::Duration deadline) const {
+  if (!IsTransportFailure(status)) {
     if (status.ok()) return absl::OkStatus();
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         status.error_message());
@@ -128,7 +133,6 @@ absl::Status Rpc::Conclude(const grpc::Status& status,
                                                   endpoint_, ": ", hint_, " (",
                                                   status.error_message(), ")"));
   }
-  breaker_.ReportFailure(failure);
   return failure;
 }
 

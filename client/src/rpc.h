@@ -91,19 +91,20 @@ class Rpc {
                        const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* response, absl::Duration deadline);
 
-  // CallRaw without waiting: starts the call and returns the connection it
-  // runs on (null when the breaker refuses it). `done` gets its status,
-  // translated as CallRaw's, once it ends: on one of gRPC's threads, or at
-  // once on this one when refused. `ctx`, `request`, `response` and the
-  // returned connection must be kept until `done` has run; drop the
-  // connection on a thread of your own (the last reference to a channel
-  // must not go on one of its own callback threads: gRPC then frees its
-  // completion queue twice).
-  std::shared_ptr<const Connection> StartRaw(
-      const grpc::internal::RpcMethod Connection::*method,
-      grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
-      grpc::ByteBuffer* response, absl::Duration deadline,
-      std::function<void(absl::Status)> done);
+  // The call CallRaw makes, started on `connection` (from Admit) without
+  // waiting, and outside the breaker: `done` gets gRPC's status once the
+  // call ends, on one of gRPC's threads. `ctx`, `request`, `response` and
+  // the connection must be kept until then; drop the connection on a thread
+  // of your own (the last reference to a channel must not go on one of its
+  // own callback threads: gRPC then frees its completion queue twice).
+  // Calls started together as one (a BatchLookup in parts) are admitted
+  // once and reported once: Conclude with one of their statuses, or GiveUp.
+  static void StartRaw(const Connection& connection,
+                       const grpc::internal::RpcMethod Connection::*method,
+                       grpc::ClientContext* ctx,
+                       const grpc::ByteBuffer* request,
+                       grpc::ByteBuffer* response, absl::Duration deadline,
+                       std::function<void(const grpc::Status&)> done);
 
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>
@@ -125,12 +126,20 @@ class Rpc {
   // backoff can leave a channel failing for seconds after the daemon is
   // back: a connection attempt made while it restarted times out only after
   // the connect timeout.)
+  // *probe (if given) is set when this call is the breaker's probe.
   absl::Status Admit(std::shared_ptr<const Connection>* connection,
-                     bool may_probe = true) ABSL_LOCKS_EXCLUDED(mu_);
+                     bool may_probe = true, bool* probe = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reports a finished call (also a stream) to the breaker and translates
-  // its status (see Call).
+  // its status (see Call); Translate only translates.
   absl::Status Conclude(const grpc::Status& status, absl::Duration deadline);
+  absl::Status Translate(const grpc::Status& status,
+                         absl::Duration deadline) const;
+  // For an admitted call given up before it learned anything of the daemon
+  // (its caller cancelled it): no verdict; the probe slot, if `probe`, is
+  // free again.
+  void GiveUp(bool probe);
 
   static void SetDeadline(grpc::ClientContext* ctx, absl::Duration deadline) {
     ctx->set_deadline(std::chrono::system_clock::now() +

@@ -53,6 +53,24 @@ TEST_CASE("a success in between resets the failure count") {
   REQUIRE_FALSE(b.open());
 }
 
+TEST_CASE("a probe given up frees the slot and leaves the breaker open") {
+  FakeClock clock;
+  CircuitBreaker b({1, absl::Milliseconds(250), absl::Seconds(5)}, "d",
+                   clock.fn());
+  b.ReportFailure(kDown);
+  clock.now += absl::Milliseconds(300);
+  bool probe = false;
+  REQUIRE(b.Admit(true, &probe).ok());
+  REQUIRE(probe);
+  REQUIRE_FALSE(b.Admit().ok());  // one probe at a time
+  b.GiveUp(/*probe=*/true);       // cancelled before it learned anything
+  REQUIRE(b.open());
+  REQUIRE(b.Admit(true, &probe).ok());  // the next call probes
+  REQUIRE(probe);
+  b.GiveUp(/*probe=*/false);  // a call that was not the probe frees nothing
+  REQUIRE_FALSE(b.Admit().ok());
+}
+
 TEST_CASE("after the open time one probe goes through; success closes") {
   FakeClock clock;
   CircuitBreaker b({1, absl::Milliseconds(250), absl::Seconds(5)}, "d",

@@ -105,25 +105,74 @@ TEST_CASE(
                      std::chrono::milliseconds(10000)));
 }
 
-TEST_CASE("a BatchLookup in parts costs a hung daemon one deadline, not two") {
+// 5,000 keys: a BatchLookup of two RPCs in flight together.
+std::vector<v1::Key> FiveThousandKeys() {
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 5000; ++i) {
+    keys.push_back(CustomKey("parts=" + std::to_string(i)));
+  }
+  return keys;
+}
+
+TEST_CASE("a BatchLookup in parts is one call: one deadline, one failure") {
   DaemonProcess daemon({"--backend=none"});
   ClientOptions options;
   options.deadline = absl::Milliseconds(300);
+  options.lookup_deadline = absl::Milliseconds(150);
+  options.breaker_failures = 2;
   auto client = ClientOf(daemon, options);
-  std::vector<v1::Key> keys;
-  for (int i = 0; i < 5000; ++i) {  // two RPCs, in flight together
-    keys.push_back(CustomKey("parts=" + std::to_string(i)));
-  }
+  const std::vector<v1::Key> keys = FiveThousandKeys();
   REQUIRE(client->BatchLookup(keys).ok());
 
   Freeze(daemon.pid());
-  const auto start = Clock::now();
+  auto start = Clock::now();
   absl::StatusOr<std::vector<LookupResult>> r = client->BatchLookup(keys);
-  const double ms = MsSince(start);
+  double ms = MsSince(start);
   REQUIRE(r.status().code() == absl::StatusCode::kDeadlineExceeded);
+  INFO(r.status().message());
+  // The deadline named is the call's, not what was left for a part.
+  REQUIRE(std::string(r.status().message()).find("within 300ms") !=
+          std::string::npos);
   REQUIRE(ms >= 290);
   REQUIRE(ms < 300 + 150);
+  // Both parts timed out, but the breaker counted one failure: the next
+  // call still goes to the daemon (and waits for its deadline).
+  start = Clock::now();
+  REQUIRE(client->Lookup(keys[0]).status().code() ==
+          absl::StatusCode::kDeadlineExceeded);
+  ms = MsSince(start);
+  REQUIRE(ms >= 140);
   REQUIRE(kill(daemon.pid(), SIGCONT) == 0);
+}
+
+TEST_CASE("after an outage, a BatchLookup in parts is the one probe") {
+  DaemonProcess daemon({"--backend=none"});
+  ClientOptions options;
+  options.deadline = absl::Milliseconds(300);
+  options.breaker_failures = 1;
+  options.breaker_open_time = absl::Milliseconds(200);
+  auto client = ClientOf(daemon, options);
+  const std::vector<v1::Key> keys = FiveThousandKeys();
+  REQUIRE(client->BatchLookup(keys).ok());
+
+  daemon.Kill();
+  REQUIRE(client->BatchLookup(keys).status().code() ==
+          absl::StatusCode::kUnavailable);  // the breaker opens
+  daemon.Start();
+  // Once the open time is over, the whole batch goes through as the probe
+  // (a second part is not refused as "checking again now").
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  absl::StatusOr<std::vector<LookupResult>> r;
+  REQUIRE(Eventually(
+      [&] {
+        r = client->BatchLookup(keys);
+        INFO(r.status().message());
+        CHECK(r.status().message().find("checking again now") ==
+              absl::string_view::npos);
+        return r.ok();
+      },
+      std::chrono::milliseconds(10000)));
+  REQUIRE(r->size() == keys.size());
 }
 
 TEST_CASE("a claim guard's destructor with the daemon down returns in time") {
