@@ -20,12 +20,32 @@ StatusCell::StatusCell(v1::KeyStatus status)
 StatusCell::StatusCell(v1::KeyState state, absl::string_view bytes,
                        absl::string_view asked_key,
                        std::shared_ptr<const CallBytes> call,
-                       std::shared_ptr<const StatusCell> execution_source)
+                       absl::string_view execution_source)
     : state_(state),
       bytes_(bytes),
       asked_key_(asked_key),
-      call_(std::move(call)),
-      execution_source_(std::move(execution_source)) {}
+      execution_source_(execution_source),
+      call_(std::move(call)) {}
+
+namespace {
+
+// Merges the execution of the serialized KeyStatus `status` (its
+// entry.execution) into *out, as protobuf would parse it.
+void MergeExecution(absl::string_view status, v1::Execution* out) {
+  wire::ForEachBytesField(
+      status, v1::KeyStatus::kEntryFieldNumber, [out](absl::string_view entry) {
+        wire::ForEachBytesField(
+            entry, v1::Entry::kExecutionFieldNumber,
+            [out](absl::string_view execution) {
+              google::protobuf::io::CodedInputStream in(
+                  reinterpret_cast<const uint8_t*>(execution.data()),
+                  static_cast<int>(execution.size()));
+              out->MergeFromCodedStream(&in);
+            });
+      });
+}
+
+}  // namespace
 
 const v1::KeyStatus& StatusCell::status() const {
   absl::call_once(parsed_, [this] {
@@ -44,13 +64,12 @@ const v1::KeyStatus& StatusCell::status() const {
       *status.mutable_entry()->mutable_key() = status.key();
     }
     // Sent without its execution (share_executions): the earlier status's.
-    if (execution_source_ != nullptr && status.execution_ref() != 0) {
-      const v1::KeyStatus& source = execution_source_->status();
-      *status.mutable_entry()->mutable_execution() = source.entry().execution();
+    if (!execution_source_.empty() && status.execution_ref() != 0) {
+      MergeExecution(execution_source_,
+                     status.mutable_entry()->mutable_execution());
       status.clear_execution_ref();
     }
     call_.reset();
-    execution_source_.reset();
   });
   return status_;
 }
@@ -205,10 +224,14 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
   }
   std::vector<std::shared_ptr<const StatusCell>> cells;
   cells.reserve(asked_keys.size());
-  // Whether each status has an execution_ref: a ref may only name one
-  // without, so that a cell's parse looks back one step at most.
-  std::vector<bool> refers;
-  refers.reserve(asked_keys.size());
+  // Each status's bytes, and whether it has an execution_ref: a ref may
+  // only name one without, so that a cell's parse looks back one step.
+  struct Seen {
+    absl::string_view bytes;
+    bool refers;
+  };
+  std::vector<Seen> seen;
+  seen.reserve(asked_keys.size());
   std::string error;
   if (!ForEachAnswerField(
           call.get(), v1::BatchLookupResponse::kStatusesFieldNumber,
@@ -221,21 +244,21 @@ CellsFromBatchAnswer(const grpc::ByteBuffer& answer,
               error = "is not a BatchLookupResponse";
               return;
             }
-            std::shared_ptr<const StatusCell> source;
+            absl::string_view source;
             if (ref != 0) {
-              if (ref > i || refers[ref - 1] ||
+              if (ref > i || seen[ref - 1].refers ||
                   (cells[ref - 1]->state() != v1::KEY_STATE_HIT &&
                    cells[ref - 1]->state() != v1::KEY_STATE_STALE)) {
                 error = absl::StrCat("refers status ", i + 1, " to status ",
                                      ref, ", which has no execution to share");
                 return;
               }
-              source = cells[ref - 1];
+              source = seen[ref - 1].bytes;
             }
-            refers.push_back(ref != 0);
+            seen.push_back({status, ref != 0});
             cells.push_back(std::make_shared<const StatusCell>(
                 state, status, i < asked_keys.size() ? asked_keys[i] : "", call,
-                std::move(source)));
+                source));
           })) {
     error = "is not a BatchLookupResponse";
   }

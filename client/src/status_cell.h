@@ -15,8 +15,8 @@
 // puts the key back into the status (and a HIT's entry) when it parses.
 //
 // It also asks for each execution once (share_executions): a status whose
-// execution equals an earlier one's refers to that status's cell, and takes
-// the execution from it when it parses.
+// execution equals an earlier one's holds that status's bytes, and takes
+// the execution from them when it parses.
 //
 // Each cell has its own reference count: threads looking up different keys
 // of one batch share no cache line on the memo's hot path.
@@ -55,11 +55,11 @@ class StatusCell {
   // A serialized KeyStatus of the given state: `bytes`, which lie in
   // `call`. `asked_key`: empty, or the serialized key asked for (also in
   // `call`), for a status that may have been sent without it.
-  // `execution_source`: null, or the cell of the status its execution_ref
-  // names (one that has no execution_ref itself).
+  // `execution_source`: empty, or the serialized status its execution_ref
+  // names (one that has no execution_ref itself), also in `call`.
   StatusCell(v1::KeyState state, absl::string_view bytes,
              absl::string_view asked_key, std::shared_ptr<const CallBytes> call,
-             std::shared_ptr<const StatusCell> execution_source = nullptr);
+             absl::string_view execution_source = {});
 
   StatusCell(const StatusCell&) = delete;
   StatusCell& operator=(const StatusCell&) = delete;
@@ -77,9 +77,8 @@ class StatusCell {
   // In the cell, not allocated when parsed: reading a memoised entry is the
   // hot path, and one more pointer to follow cost a cache miss there.
   mutable v1::KeyStatus status_;
-  // Both dropped once parsed.
-  mutable std::shared_ptr<const CallBytes> call_;
-  mutable std::shared_ptr<const StatusCell> execution_source_;
+  const absl::string_view execution_source_;
+  mutable std::shared_ptr<const CallBytes> call_;  // dropped once parsed
 };
 
 // The status of a LookupResponse as received. An error for bytes that are
