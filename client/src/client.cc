@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <fstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -137,22 +136,6 @@ struct BatchPart {
   absl::Notification done;
 };
 
-// The daemon names a bad key by its index in the request: in a later part,
-// its index in the batch is `begin` more.
-absl::Status InBatch(absl::Status status, size_t begin) {
-  absl::string_view message = status.message();
-  size_t index = 0;
-  const size_t close = message.find(']');
-  if (begin == 0 || !absl::ConsumePrefix(&message, "keys[") ||
-      close == absl::string_view::npos ||
-      !absl::SimpleAtoi(message.substr(0, close - 5), &index)) {
-    return status;
-  }
-  return absl::Status(
-      status.code(),
-      absl::StrCat("keys[", index + begin, status.message().substr(close)));
-}
-
 // Writes the part's request, checking each key as it goes (one pass over
 // the keys, which a batch of 10,000 no longer finds in the CPU's caches on
 // a second). The part's keys are keys[first], ... of the batch: an invalid
@@ -195,6 +178,24 @@ absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
 }
 
 }  // namespace
+
+namespace client_internal {
+
+absl::Status ShiftKeyIndex(absl::Status status, size_t offset) {
+  absl::string_view message = status.message();
+  size_t index = 0;
+  const size_t close = message.find(']');
+  if (offset == 0 || !absl::ConsumePrefix(&message, "keys[") ||
+      close == absl::string_view::npos ||
+      !absl::SimpleAtoi(message.substr(0, close - 5), &index)) {
+    return status;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat("keys[", index + offset, status.message().substr(close)));
+}
+
+}  // namespace client_internal
 
 absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
                                             std::vector<LookupResult>* out) {
@@ -266,15 +267,16 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   }
   if (const BatchPart* judged = failed != nullptr ? failed : answered) {
     absl::Status verdict = rpc.Conclude(judged->status, options.deadline);
-    if (error.ok()) error = InBatch(std::move(verdict), judged->begin);
+    if (error.ok())
+      error = client_internal::ShiftKeyIndex(std::move(verdict), judged->begin);
   } else if (connection != nullptr) {
     rpc.GiveUp(probe);
   }
   for (const std::unique_ptr<BatchPart>& part : started) {
     if (!error.ok()) break;
     if (!part->status.ok()) {
-      error =
-          InBatch(rpc.Translate(part->status, options.deadline), part->begin);
+      error = client_internal::ShiftKeyIndex(
+          rpc.Translate(part->status, options.deadline), part->begin);
       break;
     }
     absl::StatusOr<

@@ -67,6 +67,11 @@ namespace client_internal {
 
 // The daemon's limit on keys per BatchLookup.
 inline constexpr size_t kMaxBatchKeys = 100000;
+
+// `status` with a leading "keys[N]" (how gputuned names a bad key of a
+// BatchLookup) made "keys[N + offset]": the daemon counts within the part
+// it was sent, the caller within the whole batch. Other statuses as they are.
+absl::Status ShiftKeyIndex(absl::Status status, size_t offset);
 // A BatchLookup of this many keys or more is sent as two RPCs at least, in
 // flight together (the daemon answers each in two halves from 2,048 keys).
 inline constexpr size_t kTwoPartBatchKeys = 4096;

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <thread>
 
+#include "client/src/client_impl.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/key_format.h"
 #include "tests/client/client_test_support.h"
@@ -191,6 +192,25 @@ TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
     REQUIRE((*batch)[i].state() == one->state());
     REQUIRE(google::protobuf::util::MessageDifferencer::Equals(
         (*batch)[i].status(), one->status()));
+  }
+}
+
+TEST_CASE("a daemon's key index in a later part becomes the batch's") {
+  using client_internal::ShiftKeyIndex;
+  const absl::Status bad = absl::InvalidArgumentError(
+      "keys[12].dense_bf16.tokens: must be 1..1048576, got 0");
+  CHECK(ShiftKeyIndex(bad, 5000).message() ==
+        "keys[5012].dense_bf16.tokens: must be 1..1048576, got 0");
+  CHECK(ShiftKeyIndex(bad, 5000).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ShiftKeyIndex(bad, 0) == bad);
+  CHECK(ShiftKeyIndex(absl::InvalidArgumentError("keys[3]: not a Key"), 10)
+            .message() == "keys[13]: not a Key");
+  // Anything else is left alone.
+  for (const absl::Status& other :
+       {absl::InvalidArgumentError("keys: must hold 1..100000 keys, got 0"),
+        absl::InvalidArgumentError("keys[x]: odd"),
+        absl::UnavailableError("cannot reach gputuned"), absl::OkStatus()}) {
+    CHECK(ShiftKeyIndex(other, 7) == other);
   }
 }
 
