@@ -243,8 +243,8 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
         *connection, &client_internal::Connection::batch_lookup, &raw->ctx,
         &raw->request, &raw->response,
         std::max(deadline - absl::Now(), absl::Milliseconds(1)),
-        [raw](const grpc::Status& status) {
-          raw->status = status;
+        [raw](grpc::Status status) {
+          raw->status = std::move(status);
           raw->done.Notify();
         });
     started.push_back(std::move(part));

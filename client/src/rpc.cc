@@ -92,14 +92,14 @@ void Rpc::StartRaw(const Connection& connection,
                    const grpc::internal::RpcMethod Connection::*method,
                    grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
                    grpc::ByteBuffer* response, absl::Duration deadline,
-                   std::function<void(const grpc::Status&)> done) {
+                   std::function<void(grpc::Status)> done) {
   SetDeadline(ctx, deadline);
   // The call a generated stub's async() makes, with ByteBuffer as both
   // messages. The callback holds no reference to the connection: the
   // caller keeps it (see rpc.h).
   grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       connection.channel.get(), connection.*method, ctx, request, response,
-      [done = std::move(done)](grpc::Status status) { done(status); });
+      std::move(done));
 }
 
 void Rpc::GiveUp(bool probe) { breaker_.GiveUp(probe); }

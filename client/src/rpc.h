@@ -104,7 +104,7 @@ class Rpc {
                        grpc::ClientContext* ctx,
                        const grpc::ByteBuffer* request,
                        grpc::ByteBuffer* response, absl::Duration deadline,
-                       std::function<void(const grpc::Status&)> done);
+                       std::function<void(grpc::Status)> done);
 
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>
