@@ -52,12 +52,14 @@ bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
 
 namespace {
 
-// Where the key field and the execution field of a serialized entry
-// summary end: protobuf writes them first and second (fields in number
-// order). *key_end is 0 when the summary does not start with its key;
-// *execution_end is 0 when its execution field does not follow right after.
-void FindKeyAndExecution(absl::string_view summary, uint32_t* key_end,
-                         uint32_t* execution_end) {
+// Where the key (its bytes, and its field) and the execution field of a
+// serialized entry summary end: protobuf writes them first and second
+// (fields in number order). *key_end is 0 when the summary does not start
+// with its key; *execution_end is 0 when its execution field does not follow
+// right after.
+void FindKeyAndExecution(absl::string_view summary, uint8_t* key_begin,
+                         uint32_t* key_end, uint32_t* execution_end) {
+  *key_begin = 0;
   *key_end = *execution_end = 0;
   wire::Reader r(summary);
   auto end_of = [&](const wire::Reader& r) {
@@ -68,6 +70,7 @@ void FindKeyAndExecution(absl::string_view summary, uint32_t* key_end,
       r.type() != wire::WireType::kBytes) {
     return;
   }
+  *key_begin = static_cast<uint8_t>(r.bytes().data() - summary.data());
   *key_end = end_of(r);
   if (r.Next() && r.field() == v1::Entry::kExecutionFieldNumber &&
       r.type() == wire::WireType::kBytes) {
@@ -84,9 +87,11 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
   if (slot.has_entry) {
     --entries_;
     if (!slot.fingerprint_matches) --stale_entries_;
+    UnindexKeyBytesLocked(slot);
   }
   slot.entry_summary = std::move(summary);
-  FindKeyAndExecution(slot.entry_summary, &slot.key_end, &slot.execution_end);
+  FindKeyAndExecution(slot.entry_summary, &slot.key_begin, &slot.key_end,
+                      &slot.execution_end);
   slot.execution_hash =
       slot.execution_end == 0 ? 0 : absl::HashOf(slot.ExecutionField());
   slot.entry_candidate_set =
@@ -95,6 +100,19 @@ void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
   slot.fingerprint_matches = fingerprint_matches;
   ++entries_;
   if (!slot.fingerprint_matches) ++stale_entries_;
+  IndexKeyBytesLocked(slot);
+}
+
+void Arbiter::IndexKeyBytesLocked(const Slot& slot) {
+  if (slot.key_end != 0) by_key_bytes_.insert(&slot);
+}
+
+void Arbiter::UnindexKeyBytesLocked(const Slot& slot) {
+  if (slot.key_end == 0) return;
+  // Only this slot's own (no two entries' keys have equal bytes, but a
+  // damaged store might say otherwise).
+  auto it = by_key_bytes_.find(&slot);
+  if (it != by_key_bytes_.end() && *it == &slot) by_key_bytes_.erase(it);
 }
 
 void Arbiter::SetEntryLocked(const std::string& key_id,
@@ -205,14 +223,14 @@ class Arbiter::WrittenExecutions {
 };
 
 void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
-                                 absl::Time now, uint32_t field,
-                                 const AnswerForm& form, uint32_t position,
-                                 WrittenExecutions* written,
+                                 const std::string* hit_summary, absl::Time now,
+                                 uint32_t field, const AnswerForm& form,
+                                 uint32_t position, WrittenExecutions* written,
                                  std::string* out) const {
   // A HIT or the MISS of a key the index has never seen, as StatusLocked
   // would build it, written field by field in field-number order as
   // protobuf serializes it.
-  const std::string* summary = HitSummaryLocked(ask.key.candidate_set, slot);
+  const std::string* summary = hit_summary;
   if (summary != nullptr || slot == nullptr) {
     // The entry goes in up to two pieces: from its summary, less the key
     // (omit_keys), and less the execution field when an earlier status
@@ -286,16 +304,30 @@ void Arbiter::AppendLookupLocked(const Ask& ask, const Slot* slot,
   wire::AppendBytesField(field, bytes, out);
 }
 
-void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
-                            const AnswerForm& form, std::string* out) const {
+void Arbiter::PrefetchSlot(const Slot* slot) {
+  if (slot == nullptr) return;
+  const char* memory = reinterpret_cast<const char*>(slot);
+  __builtin_prefetch(memory);
+  __builtin_prefetch(memory + sizeof(Slot) - 1);
+  const std::string& summary = slot->entry_summary;
+  for (size_t line = 0; line < std::min<size_t>(summary.size(), 256);
+       line += 64) {
+    __builtin_prefetch(summary.data() + line);
+  }
+}
+
+absl::Status Arbiter::AppendLookups(absl::Span<Ask> asks, uint32_t field,
+                                    const AnswerForm& form, ReadKeyFn read_key,
+                                    std::string* out) const {
   constexpr size_t kChunk = 256;  // keys per lock: writers wait little
   // Keys whose index slots and summaries are fetched from memory together:
   // one at a time, a batch of 10,000 waits on three cache misses per key in
-  // turn (the index slot, the key id it holds, the summary).
+  // turn (the index's slot, the summary it compares with, the Slot).
   constexpr size_t kGroup = 16;
   thread_local std::string ids;
   size_t id_end[kGroup];
   const Slot* slots[kGroup];
+  const std::string* hits[kGroup];
   std::optional<WrittenExecutions> written;
   if (form.share_executions) written.emplace();
   for (size_t start = 0; start < asks.size(); start += kChunk) {
@@ -304,40 +336,54 @@ void Arbiter::AppendLookups(absl::Span<const Ask> asks, uint32_t field,
     absl::ReaderMutexLock lock(&mu_);
     for (size_t group = start; group < chunk_end; group += kGroup) {
       const size_t n = std::min(kGroup, chunk_end - group);
+      Ask* const ask = &asks[group];
+      // First by the keys' bytes: a HIT's key, as it was recorded.
+      for (size_t i = 0; i < n; ++i) by_key_bytes_.prefetch(ask[i].bytes);
+      for (size_t i = 0; i < n; ++i) {
+        auto it = by_key_bytes_.find(ask[i].bytes);
+        slots[i] = it == by_key_bytes_.end() ? nullptr : *it;
+        PrefetchSlot(slots[i]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        hits[i] = slots[i] != nullptr && slots[i]->fingerprint_matches
+                      ? &slots[i]->entry_summary
+                      : nullptr;
+      }
+      // Then the others, read and checked, by their ids.
       ids.clear();
       for (size_t i = 0; i < n; ++i) {
-        AppendKeyId(asks[group + i].key, &ids);
+        if (hits[i] == nullptr) {
+          if (absl::Status s = read_key(group + i, &ask[i]); !s.ok()) return s;
+          AppendKeyId(ask[i].key, &ids);
+        }
         id_end[i] = ids.size();
       }
       auto id = [&](size_t i) {
         const size_t begin = i == 0 ? 0 : id_end[i - 1];
         return absl::string_view(ids).substr(begin, id_end[i] - begin);
       };
-      for (size_t i = 0; i < n; ++i) slots_.prefetch(id(i));
       for (size_t i = 0; i < n; ++i) {
+        if (hits[i] == nullptr) slots_.prefetch(id(i));
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (hits[i] != nullptr) continue;
         auto it = slots_.find(id(i));
         slots[i] = it == slots_.end() ? nullptr : &it->second;
-        if (slots[i] != nullptr) {
-          // The rest of the slot (it spans two or three cache lines; find
-          // read its key) and the first lines of its summary.
-          const char* slot = reinterpret_cast<const char*>(slots[i]);
-          __builtin_prefetch(slot);
-          __builtin_prefetch(slot + sizeof(Slot) - 1);
-          const std::string& summary = slots[i]->entry_summary;
-          for (size_t line = 0; line < std::min<size_t>(summary.size(), 256);
-               line += 64) {
-            __builtin_prefetch(summary.data() + line);
-          }
-        }
+        PrefetchSlot(slots[i]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (hits[i] != nullptr) continue;
+        hits[i] = HitSummaryLocked(ask[i].key.candidate_set, slots[i]);
       }
       for (size_t i = 0; i < n; ++i) {
         const size_t position = form.first_status + group + i + 1;
-        AppendLookupLocked(asks[group + i], slots[i], now, field, form,
+        AppendLookupLocked(ask[i], slots[i], hits[i], now, field, form,
                            static_cast<uint32_t>(position),
                            written ? &*written : nullptr, out);
       }
     }
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {
@@ -545,6 +591,7 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       Slot& slot = it->second;
       --entries_;
       if (!slot.fingerprint_matches) --stale_entries_;
+      UnindexKeyBytesLocked(slot);
       slot.has_entry = false;
       slot.entry_summary.clear();
       slot.entry_candidate_set = nullptr;

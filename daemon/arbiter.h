@@ -36,7 +36,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/container/node_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -82,12 +85,17 @@ class Arbiter {
   // The key's state. `key` must be valid (ValidateKey).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // One key of a Lookup or BatchLookup: its fields, valid (ValidateKey),
-  // and its serialized bytes as the asker sent them (what a status echoes).
+  // One key of a Lookup or BatchLookup: its serialized bytes as the asker
+  // sent them (what a status echoes), and its fields once a ReadKeyFn has
+  // read them.
   struct Ask {
     KeyView key;
     absl::string_view bytes;
   };
+  // Reads the key of the `i`th ask from its bytes into ask->key and checks
+  // it (ValidateKey); an error says why it is not a valid key. AppendLookups
+  // calls it only for keys whose bytes are not those of an entry's key.
+  using ReadKeyFn = absl::FunctionRef<absl::Status(size_t i, Ask* ask)>;
 
   // How AppendLookups writes statuses (BatchLookupRequest's options).
   struct AnswerForm {
@@ -110,9 +118,16 @@ class Arbiter {
   // otherwise. HITs and MISSes are written from bytes (the asked key's, the
   // entry's stored serialized summary), building no messages. Takes the
   // lock once per few hundred keys.
-  void AppendLookups(absl::Span<const Ask> asks, uint32_t field,
-                     const AnswerForm& form, std::string* out) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  //
+  // An ask whose bytes are exactly those of a HIT entry's key (as every
+  // protobuf serializer writes it) is answered from an index of those
+  // bytes, without reading its fields: it is that entry's key, which was
+  // checked when it was recorded. Every other ask is read and checked with
+  // `read_key`; the first error it returns is returned, and `out` then holds
+  // a part of the answer, to drop.
+  absl::Status AppendLookups(absl::Span<Ask> asks, uint32_t field,
+                             const AnswerForm& form, ReadKeyFn read_key,
+                             std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
@@ -212,10 +227,38 @@ class Arbiter {
       return absl::string_view(entry_summary)
           .substr(key_end, execution_end - key_end);
     }
+    // The serialized key within the key field (key_end != 0).
+    absl::string_view KeyBytes() const {
+      return absl::string_view(entry_summary)
+          .substr(key_begin, key_end - key_begin);
+    }
     bool has_entry = false;
     bool fingerprint_matches = true;
+    uint8_t key_begin = 0;               // past the key field's tag and length
     std::unique_ptr<Lease> lease;        // few keys have one: 8 bytes when not
     std::unique_ptr<Cooldown> cooldown;  // only keys abandoned lately
+  };
+  // Slots of entries by their key's bytes (KeyBytes), to look up with a
+  // key's serialized bytes.
+  struct KeyBytesHash {
+    using is_transparent = void;
+    size_t operator()(absl::string_view bytes) const {
+      return absl::HashOf(bytes);
+    }
+    size_t operator()(const Slot* slot) const {
+      return absl::HashOf(slot->KeyBytes());
+    }
+  };
+  struct KeyBytesEq {
+    using is_transparent = void;
+    static absl::string_view Bytes(absl::string_view bytes) { return bytes; }
+    static absl::string_view Bytes(const Slot* slot) {
+      return slot->KeyBytes();
+    }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Bytes(a) == Bytes(b);
+    }
   };
   struct Watcher {
     uint64_t id;
@@ -240,11 +283,17 @@ class Arbiter {
   // HIT, else null.
   static const std::string* HitSummaryLocked(absl::string_view candidate_set,
                                              const Slot* slot);
+  // Starts fetching the Slot and its summary, for AppendLookupLocked. Null:
+  // nothing.
+  static void PrefetchSlot(const Slot* slot);
   // The executions an AppendLookups call has written in full (arbiter.cc).
   class WrittenExecutions;
-  // One status of AppendLookups, the `position`th (1-based) of the answer;
-  // `written` is null unless form.share_executions.
-  void AppendLookupLocked(const Ask& ask, const Slot* slot, absl::Time now,
+  // One status of AppendLookups, the `position`th (1-based) of the answer:
+  // `slot` is the key's (or null) and `hit_summary` its summary when it is a
+  // HIT (else null, and ask.key is read); `written` is null unless
+  // form.share_executions.
+  void AppendLookupLocked(const Ask& ask, const Slot* slot,
+                          const std::string* hit_summary, absl::Time now,
                           uint32_t field, const AnswerForm& form,
                           uint32_t position, WrittenExecutions* written,
                           std::string* out) const
@@ -264,6 +313,11 @@ class Arbiter {
   void CollectLocked(const std::string& key_id, absl::Time now,
                      std::vector<Notification>* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the slot's entry to by_key_bytes_, or drops it from there (before
+  // its summary changes).
+  void IndexKeyBytesLocked(const Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnindexKeyBytesLocked(const Slot& slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a slot that holds nothing.
   void MaybeEraseSlotLocked(const std::string& key_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -280,7 +334,12 @@ class Arbiter {
   const std::optional<std::string> fingerprint_digest_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // Nodes: by_key_bytes_ points at slots.
+  absl::node_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // Every slot with an entry whose summary starts with its key (key_end !=
+  // 0), by the key's bytes: AppendLookups's index.
+  absl::flat_hash_set<const Slot*, KeyBytesHash, KeyBytesEq> by_key_bytes_
+      ABSL_GUARDED_BY(mu_);
   // Every candidate set an entry was tuned for; never shrinks (there are a
   // handful, one per client library and kernel set).
   absl::node_hash_set<std::string> candidate_sets_ ABSL_GUARDED_BY(mu_);

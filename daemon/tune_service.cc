@@ -227,14 +227,20 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
     ask.bytes = merged;
   }
   v1::Key parsed;
-  if (!ReadAsk(&ask, [&]() -> v1::Key& { return parsed; })) {
-    return Done(ctx, Invalid("key", "not a Key"));
-  }
-  if (auto s = ValidateKey(ask.key, "key"); !s.ok()) return Done(ctx, s);
+  auto read_key = [&](size_t, Arbiter::Ask* ask) {
+    if (!ReadAsk(ask, [&]() -> v1::Key& { return parsed; })) {
+      return Invalid("key", "not a Key");
+    }
+    return ValidateKey(ask->key, "key");
+  };
   thread_local std::string answer;
   answer.clear();
-  arbiter_->AppendLookups({&ask, 1}, v1::LookupResponse::kStatusFieldNumber,
-                          Arbiter::AnswerForm(), &answer);
+  if (absl::Status s = arbiter_->AppendLookups(
+          {&ask, 1}, v1::LookupResponse::kStatusFieldNumber,
+          Arbiter::AnswerForm(), read_key, &answer);
+      !s.ok()) {
+    return Done(ctx, s);
+  }
   grpc::Slice slice(answer.data(), answer.size());  // a copy: small
   *response = grpc::ByteBuffer(&slice, 1);
   return Done(ctx, absl::OkStatus());
@@ -271,9 +277,10 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
                 Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
                                              " keys, got ", keys)));
   }
-  // Every key is checked before any is answered. A large batch is done in
-  // two halves, the second on the other core if it is free: the asker is
-  // waiting, and this is all CPU.
+  // A key the index knows by its bytes needs no checking; any other is
+  // checked as it is answered, and one bad key fails the whole batch. A
+  // large batch is done in two halves, the second on the other core if it
+  // is free: the asker is waiting, and this is all CPU.
   struct Half {
     size_t begin = 0, end = 0;
     absl::Status error;
@@ -287,18 +294,18 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
   halves[1].end = asks.size();
   auto run = [&](int h) {
     Half& half = halves[h];
-    for (size_t i = half.begin; i < half.end; ++i) {
-      if (!ReadAsk(&asks[i],
+    auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+      i += half.begin;
+      if (!ReadAsk(ask,
                    [&]() -> v1::Key& { return half.parsed.emplace_back(); })) {
-        half.error = Invalid(absl::StrCat("keys[", i, "]"), "not a Key");
-        return;
+        return Invalid(absl::StrCat("keys[", i, "]"), "not a Key");
       }
       // The field's name is built only for an invalid key.
-      if (!ValidateKey(asks[i].key, "key").ok()) {
-        half.error = ValidateKey(asks[i].key, absl::StrCat("keys[", i, "]"));
-        return;
+      if (!ValidateKey(ask->key, "key").ok()) {
+        return ValidateKey(ask->key, absl::StrCat("keys[", i, "]"));
       }
-    }
+      return absl::OkStatus();
+    };
     half.answer = answer_buffers_->Take();
     // What a HIT of a dense key takes, with its key (~240 bytes) or without
     // (~160), ~100 less with a shared execution; larger entries grow the
@@ -308,9 +315,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
         ((form.omit_keys ? 192 : 256) - (form.share_executions ? 96 : 0)));
     Arbiter::AnswerForm half_form = form;
     half_form.first_status = half.begin;
-    arbiter_->AppendLookups(
-        absl::MakeConstSpan(asks).subspan(half.begin, half.end - half.begin),
-        v1::BatchLookupResponse::kStatusesFieldNumber, half_form,
+    half.error = arbiter_->AppendLookups(
+        absl::MakeSpan(asks).subspan(half.begin, half.end - half.begin),
+        v1::BatchLookupResponse::kStatusesFieldNumber, half_form, read_key,
         half.answer.get());
   };
   if (split < asks.size()) {

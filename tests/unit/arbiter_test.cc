@@ -423,14 +423,24 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
     const v1::KeyStatus expected = a->Lookup(key);
     CHECK(expected.state() == state);
     const std::string wire = key.SerializeAsString();
-    const Arbiter::Ask one[] = {{KeyView::Of(key), wire}};
     for (const Arbiter::AnswerForm& form : EveryForm()) {
       INFO("omit_keys " << form.omit_keys << " share_executions "
                         << form.share_executions);
-      // One key, as a LookupResponse: nothing earlier to share with.
+      // One key, as a LookupResponse: nothing earlier to share with. A HIT
+      // is found by its bytes; any other key is read.
+      Arbiter::Ask one[] = {{KeyView(), wire}};
+      int reads = 0;
+      auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+        ++reads;
+        CHECK(i == 0);
+        ask->key = KeyView::Of(key);
+        return absl::OkStatus();
+      };
       std::string bytes = "prefix";  // appended, not overwritten
-      a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber, form,
-                       &bytes);
+      REQUIRE(a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber,
+                               form, read_key, &bytes)
+                  .ok());
+      CHECK(reads == (state == v1::KEY_STATE_HIT ? 0 : 1));
       REQUIRE(bytes.rfind("prefix", 0) == 0);
       v1::LookupResponse written;
       REQUIRE(written.ParseFromString(bytes.substr(6)));
@@ -445,18 +455,26 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
   std::vector<std::string> wires;
   for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
-  std::vector<Arbiter::Ask> asks;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    asks.push_back({KeyView::Of(keys[i]), wires[i]});
-  }
+  const int hit_asks = 4 * 33 + 1;  // 4 HITs per 9 keys, 1 more in the last 3
   for (size_t first_status : {0, 5000}) {
     for (const Arbiter::AnswerForm& form : EveryForm(first_status)) {
       INFO("omit_keys " << form.omit_keys << " share_executions "
                         << form.share_executions << " first_status "
                         << first_status);
+      std::vector<Arbiter::Ask> asks;
+      for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
+      std::vector<size_t> read;
+      auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+        read.push_back(i);
+        ask->key = KeyView::Of(keys[i]);
+        return absl::OkStatus();
+      };
       std::string bytes;
-      a->AppendLookups(asks, v1::BatchLookupResponse::kStatusesFieldNumber,
-                       form, &bytes);
+      REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
+                               v1::BatchLookupResponse::kStatusesFieldNumber,
+                               form, read_key, &bytes)
+                  .ok());
+      CHECK(read.size() == 300 - hit_asks);
       v1::BatchLookupResponse answer;
       REQUIRE(answer.ParseFromString(bytes));
       REQUIRE(answer.statuses_size() == 300);
@@ -471,10 +489,115 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
             answer.statuses(i), expected));
         refs += answer.statuses(i).execution_ref() != 0;
       }
-      // 4 HITs per 9 keys (one more in the last 3): 2 distinct executions.
-      CHECK(refs == (form.share_executions ? 4 * 33 + 1 - 2 : 0));
+      // 2 distinct executions among the HITs.
+      CHECK(refs == (form.share_executions ? hit_asks - 2 : 0));
     }
   }
+}
+
+TEST_CASE("AppendLookups finds HITs by their key's bytes, and no others") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  const std::string wire = key.SerializeAsString();
+  // The same key, its fields in another order: not the recorded bytes.
+  v1::Key candidate_set_only;
+  candidate_set_only.set_candidate_set(key.candidate_set());
+  v1::Key op_only = key;
+  op_only.clear_candidate_set();
+  const std::string reordered =
+      candidate_set_only.SerializeAsString() + op_only.SerializeAsString();
+  v1::Key parsed;
+  REQUIRE(parsed.ParseFromString(reordered));
+  REQUIRE(google::protobuf::util::MessageDifferencer::Equals(parsed, key));
+  REQUIRE(reordered != wire);
+
+  // The state and execution kernel AppendLookups answers for `bytes`, and
+  // whether it read the key.
+  struct Answer {
+    v1::KeyState state;
+    std::string kernel;
+    bool read;
+  };
+  auto lookup = [&](const std::string& bytes) {
+    Arbiter::Ask ask[] = {{KeyView(), bytes}};
+    bool read = false;
+    auto read_key = [&](size_t, Arbiter::Ask* ask) {
+      read = true;
+      ask->key = KeyView::Of(key);
+      return absl::OkStatus();
+    };
+    std::string out;
+    REQUIRE(a->AppendLookups(ask, v1::LookupResponse::kStatusFieldNumber,
+                             Arbiter::AnswerForm(), read_key, &out)
+                .ok());
+    v1::LookupResponse answer;
+    REQUIRE(answer.ParseFromString(out));
+    return Answer{answer.status().state(),
+                  answer.status().entry().execution().kernel(), read};
+  };
+  auto entry = [&](const std::string& kernel, const std::string& device) {
+    v1::Entry e = EntryFor(key, Fp(device));
+    e.mutable_execution()->set_kernel(kernel);
+    return e;
+  };
+
+  Answer r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
+  a->Install({entry("first", "gpu")});
+  r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "first" && !r.read));
+  r = lookup(reordered);  // found by its fields
+  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "first" && r.read));
+  // A new entry for the key replaces the old one in the index.
+  a->Install({entry("second", "gpu")});
+  r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "second" && !r.read));
+  // Measured elsewhere: STALE, whatever the bytes.
+  a->Install({entry("elsewhere", "other-gpu")});
+  r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_STALE && r.kernel == "elsewhere" && r.read));
+  a->Install({entry("third", "gpu")});
+  r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "third" && !r.read));
+  a->Erase({KeyId(key)});
+  r = lookup(wire);
+  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
+  r = lookup(reordered);
+  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
+}
+
+TEST_CASE("AppendLookups stops at the first key read_key refuses") {
+  Fixture f;
+  f.digest.reset();  // entries are not judged by fingerprint
+  auto a = f.Make();
+  std::vector<v1::Key> keys;
+  std::vector<std::string> wires;
+  for (int i = 0; i < 40; ++i) {
+    keys.push_back(DenseKey(i + 1));
+    wires.push_back(keys.back().SerializeAsString());
+  }
+  // Keys 0..19 are HITs, found by their bytes; 20.. are read.
+  std::vector<v1::Entry> entries;
+  for (int i = 0; i < 20; ++i) entries.push_back(EntryFor(keys[i], Fp("x")));
+  a->Install(entries);
+  std::vector<Arbiter::Ask> asks;
+  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
+  std::vector<size_t> read;
+  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+    read.push_back(i);
+    if (i == 25) return absl::InvalidArgumentError("keys[25]: bad");
+    ask->key = KeyView::Of(keys[i]);
+    return absl::OkStatus();
+  };
+  std::string out;
+  const absl::Status s = a->AppendLookups(
+      absl::MakeSpan(asks), v1::BatchLookupResponse::kStatusesFieldNumber,
+      Arbiter::AnswerForm(), read_key, &out);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(s.message() == "keys[25]: bad");
+  CHECK(read == std::vector<size_t>{20, 21, 22, 23, 24, 25});
 }
 
 }  // namespace gputune
