@@ -134,6 +134,11 @@ struct BatchPart {
   grpc::ByteBuffer response;
   grpc::Status status;  // set before `done`
   absl::Notification done;
+  // The answer split into cells, as soon as it came (while later parts are
+  // still in flight).
+  absl::StatusOr<
+      std::vector<std::shared_ptr<const client_internal::StatusCell>>>
+      cells;
 };
 
 // Writes the part's request, checking each key as it goes (one pass over
@@ -257,6 +262,10 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   const BatchPart* answered = nullptr;
   for (const std::unique_ptr<BatchPart>& part : started) {
     part->done.WaitForNotification();
+    if (error.ok() && failed == nullptr && part->status.ok()) {
+      part->cells = client_internal::CellsFromBatchAnswer(
+          part->response, part->call, part->asked_keys);
+    }
     if (client_internal::IsTransportFailure(part->status)) {
       if (failed == nullptr) failed = part.get();
     } else if (answered == nullptr &&
@@ -279,16 +288,12 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
           rpc.Translate(part->status, options.deadline), part->begin);
       break;
     }
-    absl::StatusOr<
-        std::vector<std::shared_ptr<const client_internal::StatusCell>>>
-        cells = client_internal::CellsFromBatchAnswer(
-            part->response, part->call, part->asked_keys);
-    if (!cells.ok()) {
-      error = cells.status();
+    if (!part->cells.ok()) {
+      error = part->cells.status();
       break;
     }
     for (size_t i = 0; i < part->count; ++i) {
-      out->push_back(Remember(part->keys[i], std::move((*cells)[i])));
+      out->push_back(Remember(part->keys[i], std::move((*part->cells)[i])));
     }
   }
   return error;
