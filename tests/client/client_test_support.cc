@@ -22,6 +22,19 @@ class CountingInterceptor final : public grpc::experimental::Interceptor {
                 PRE_SEND_INITIAL_METADATA)) {
       counter_->Count(method_);
     }
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_MESSAGE)) {
+      std::vector<grpc::Slice> slices;
+      std::string bytes;
+      grpc::ByteBuffer* message = methods->GetSerializedSendMessage();
+      if (message != nullptr && message->Dump(&slices).ok()) {
+        for (const grpc::Slice& slice : slices) {
+          bytes.append(reinterpret_cast<const char*>(slice.begin()),
+                       slice.size());
+        }
+      }
+      counter_->Sent(method_, std::move(bytes));
+    }
     methods->Proceed();
   }
 
@@ -72,9 +85,20 @@ int RpcCounter::of(const std::string& method) const {
   return it == counts_.end() ? 0 : it->second;
 }
 
+std::string RpcCounter::last_request(const std::string& method) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = last_requests_.find(method);
+  return it == last_requests_.end() ? "" : it->second;
+}
+
 void RpcCounter::Count(const std::string& method) {
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_[method];
+}
+
+void RpcCounter::Sent(const std::string& method, std::string request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_requests_[method] = std::move(request);
 }
 
 std::unique_ptr<Client> ClientOf(const DaemonProcess& daemon,

@@ -27,11 +27,16 @@ class RpcCounter {
   int total() const;
   int of(const std::string& method) const;
 
+  // The bytes of the last request sent to `method`; empty if none.
+  std::string last_request(const std::string& method) const;
+
   void Count(const std::string& method);
+  void Sent(const std::string& method, std::string request);
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, int> counts_;
+  std::map<std::string, std::string> last_requests_;
 };
 
 // A client of `daemon`. A non-null `counter` sees its RPCs.

@@ -185,6 +185,13 @@ TEST_CASE("BatchLookup gives each entry whole, as Lookup does") {
   REQUIRE(batch.ok());
   REQUIRE(batch->size() == keys.size());
   CHECK(counter.of("BatchLookup") == 2);
+  // Asked without keys in the statuses, and with each execution once: what
+  // the daemon left out, the client put back (below).
+  v1::BatchLookupRequest asked;
+  REQUIRE(asked.ParseFromString(counter.last_request("BatchLookup")));
+  CHECK(asked.keys_size() == 2500);
+  CHECK(asked.omit_keys());
+  CHECK(asked.share_executions());
   for (size_t i = 0; i < keys.size(); ++i) {
     INFO(KeyText(keys[i]));
     absl::StatusOr<LookupResult> one = single->Lookup(keys[i]);
