@@ -338,9 +338,13 @@ absl::Status Arbiter::AppendLookups(absl::Span<Ask> asks, uint32_t field,
       const size_t n = std::min(kGroup, chunk_end - group);
       Ask* const ask = &asks[group];
       // First by the keys' bytes: a HIT's key, as it was recorded.
-      for (size_t i = 0; i < n; ++i) by_key_bytes_.prefetch(ask[i].bytes);
+      HashedBytes hashed[kGroup];
       for (size_t i = 0; i < n; ++i) {
-        auto it = by_key_bytes_.find(ask[i].bytes);
+        hashed[i] = HashedBytes::Of(ask[i].bytes);
+        by_key_bytes_.prefetch(hashed[i]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        auto it = by_key_bytes_.find(hashed[i]);
         slots[i] = it == by_key_bytes_.end() ? nullptr : *it;
         PrefetchSlot(slots[i]);
       }

@@ -239,19 +239,25 @@ class Arbiter {
     std::unique_ptr<Cooldown> cooldown;  // only keys abandoned lately
   };
   // Slots of entries by their key's bytes (KeyBytes), to look up with a
-  // key's serialized bytes.
+  // key's serialized bytes and their hash, computed once for the prefetch
+  // and the find.
+  struct HashedBytes {
+    static HashedBytes Of(absl::string_view bytes) {
+      return {bytes, absl::HashOf(bytes)};
+    }
+    absl::string_view bytes;
+    size_t hash = 0;
+  };
   struct KeyBytesHash {
     using is_transparent = void;
-    size_t operator()(absl::string_view bytes) const {
-      return absl::HashOf(bytes);
-    }
+    size_t operator()(const HashedBytes& key) const { return key.hash; }
     size_t operator()(const Slot* slot) const {
       return absl::HashOf(slot->KeyBytes());
     }
   };
   struct KeyBytesEq {
     using is_transparent = void;
-    static absl::string_view Bytes(absl::string_view bytes) { return bytes; }
+    static absl::string_view Bytes(const HashedBytes& key) { return key.bytes; }
     static absl::string_view Bytes(const Slot* slot) {
       return slot->KeyBytes();
     }
