@@ -322,7 +322,9 @@ absl::Status Arbiter::AppendLookups(absl::Span<Ask> asks, uint32_t field,
   constexpr size_t kChunk = 256;  // keys per lock: writers wait little
   // Keys whose index slots and summaries are fetched from memory together:
   // one at a time, a batch of 10,000 waits on three cache misses per key in
-  // turn (the index's slot, the summary it compares with, the Slot).
+  // turn (the bytes table's slot, the summary it compares with, the Slot);
+  // a key not found there, on as many more in the id index (its slot, the
+  // node, the id it compares with).
   constexpr size_t kGroup = 16;
   thread_local std::string ids;
   size_t id_end[kGroup];
@@ -598,6 +600,9 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       UnindexKeyBytesLocked(slot);
       slot.has_entry = false;
       slot.entry_summary.clear();
+      slot.key_begin = 0;  // nothing left to cut
+      slot.key_end = slot.execution_end = 0;
+      slot.execution_hash = 0;
       slot.entry_candidate_set = nullptr;
       CollectLocked(key_id, now, &notes);
       MaybeEraseSlotLocked(key_id);

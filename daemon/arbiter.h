@@ -94,7 +94,8 @@ class Arbiter {
   };
   // Reads the key of the `i`th ask from its bytes into ask->key and checks
   // it (ValidateKey); an error says why it is not a valid key. AppendLookups
-  // calls it only for keys whose bytes are not those of an entry's key.
+  // calls it only for keys whose bytes are not those of an entry's key, with
+  // the arbiter's reader lock held: it must not call the arbiter.
   using ReadKeyFn = absl::FunctionRef<absl::Status(size_t i, Ask* ask)>;
 
   // How AppendLookups writes statuses (BatchLookupRequest's options).
@@ -122,9 +123,10 @@ class Arbiter {
   // An ask whose bytes are exactly those of a HIT entry's key (as every
   // protobuf serializer writes it) is answered from an index of those
   // bytes, without reading its fields: it is that entry's key, which was
-  // checked when it was recorded. Every other ask is read and checked with
-  // `read_key`; the first error it returns is returned, and `out` then holds
-  // a part of the answer, to drop.
+  // checked when it was recorded or imported (by the daemon version of the
+  // time: the store is trusted, as LoadSummary trusts it). Every other ask
+  // is read and checked with `read_key`; the first error it returns is
+  // returned, and `out` then holds a part of the answer, to drop.
   absl::Status AppendLookups(absl::Span<Ask> asks, uint32_t field,
                              const AnswerForm& form, ReadKeyFn read_key,
                              std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);

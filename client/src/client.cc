@@ -262,7 +262,7 @@ absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
   const BatchPart* answered = nullptr;
   for (const std::unique_ptr<BatchPart>& part : started) {
     part->done.WaitForNotification();
-    if (error.ok() && failed == nullptr && part->status.ok()) {
+    if (error.ok() && part->status.ok()) {
       part->cells = client_internal::CellsFromBatchAnswer(
           part->response, part->call, part->asked_keys);
     }

@@ -568,6 +568,43 @@ TEST_CASE("AppendLookups finds HITs by their key's bytes, and no others") {
   CHECK((r.state == v1::KEY_STATE_MISS && r.read));
 }
 
+TEST_CASE("entries loaded at start-up are found by their key's bytes") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  // As the store hands them over (TuneStore::ForEachSummary): a HIT, and
+  // one measured on another device.
+  const v1::Key hit = DenseKey(1), elsewhere = DenseKey(2);
+  a->LoadSummary(KeyId(hit), SerializedEntrySummary(EntryFor(hit, Fp("gpu"))),
+                 hit.candidate_set(), FingerprintDigest(Fp("gpu")));
+  a->LoadSummary(KeyId(elsewhere),
+                 SerializedEntrySummary(EntryFor(elsewhere, Fp("gpu"))),
+                 elsewhere.candidate_set(), FingerprintDigest(Fp("other")));
+  const std::vector<v1::Key> keys = {hit, elsewhere};
+  std::vector<std::string> wires;
+  std::vector<Arbiter::Ask> asks;
+  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
+  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
+  std::vector<size_t> read;
+  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+    read.push_back(i);
+    ask->key = KeyView::Of(keys[i]);
+    return absl::OkStatus();
+  };
+  std::string out;
+  REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
+                           v1::BatchLookupResponse::kStatusesFieldNumber,
+                           Arbiter::AnswerForm(), read_key, &out)
+              .ok());
+  v1::BatchLookupResponse answer;
+  REQUIRE(answer.ParseFromString(out));
+  REQUIRE(answer.statuses_size() == 2);
+  CHECK(answer.statuses(0).state() == v1::KEY_STATE_HIT);
+  CHECK(answer.statuses(0).entry().execution().kernel() == "k");
+  CHECK(answer.statuses(1).state() == v1::KEY_STATE_STALE);
+  CHECK(read == std::vector<size_t>{1});
+}
+
 TEST_CASE("AppendLookups stops at the first key read_key refuses") {
   Fixture f;
   f.digest.reset();  // entries are not judged by fingerprint
