@@ -326,6 +326,8 @@ absl::Status Arbiter::AppendLookups(absl::Span<Ask> asks, uint32_t field,
   // a key not found there, on as many more in the id index (its slot, the
   // node, the id it compares with).
   constexpr size_t kGroup = 16;
+  constexpr int kGroupsPastBytes = 3;
+  int groups_past_bytes = 0;
   thread_local std::string ids;
   size_t id_end[kGroup];
   const Slot* slots[kGroup];
@@ -339,16 +341,29 @@ absl::Status Arbiter::AppendLookups(absl::Span<Ask> asks, uint32_t field,
     for (size_t group = start; group < chunk_end; group += kGroup) {
       const size_t n = std::min(kGroup, chunk_end - group);
       Ask* const ask = &asks[group];
-      // First by the keys' bytes: a HIT's key, as it was recorded.
-      HashedBytes hashed[kGroup];
-      for (size_t i = 0; i < n; ++i) {
-        hashed[i] = HashedBytes::Of(ask[i].bytes);
-        by_key_bytes_.prefetch(hashed[i]);
-      }
-      for (size_t i = 0; i < n; ++i) {
-        auto it = by_key_bytes_.find(hashed[i]);
-        slots[i] = it == by_key_bytes_.end() ? nullptr : *it;
-        PrefetchSlot(slots[i]);
+      // First by the keys' bytes: a HIT's key, as it was recorded. After a
+      // group that found none there, the next kGroupsPastBytes groups skip
+      // this and go by their ids (which find HITs too): a batch of misses,
+      // such as a first Preload against an empty cache, then pays for this
+      // probe in one group of four, and a batch with HITs keeps it.
+      std::fill_n(slots, n, nullptr);
+      if (groups_past_bytes > 0) {
+        --groups_past_bytes;
+      } else {
+        HashedBytes hashed[kGroup];
+        for (size_t i = 0; i < n; ++i) {
+          hashed[i] = HashedBytes::Of(ask[i].bytes);
+          by_key_bytes_.prefetch(hashed[i]);
+        }
+        bool found = false;
+        for (size_t i = 0; i < n; ++i) {
+          auto it = by_key_bytes_.find(hashed[i]);
+          if (it == by_key_bytes_.end()) continue;
+          slots[i] = *it;
+          found = true;
+          PrefetchSlot(slots[i]);
+        }
+        if (!found) groups_past_bytes = kGroupsPastBytes;
       }
       for (size_t i = 0; i < n; ++i) {
         hits[i] = slots[i] != nullptr && slots[i]->fingerprint_matches

@@ -605,6 +605,48 @@ TEST_CASE("entries loaded at start-up are found by their key's bytes") {
   CHECK(read == std::vector<size_t>{1});
 }
 
+TEST_CASE("after a group of misses AppendLookups goes by ids for a while") {
+  Fixture f;
+  f.digest.reset();
+  auto a = f.Make();
+  // 16 misses (one group), then 64 HITs: the three groups after the misses
+  // are read and found by their ids, the fourth by its bytes. Every status
+  // is what Lookup says either way.
+  std::vector<v1::Key> keys;
+  std::vector<v1::Entry> entries;
+  for (int i = 0; i < 80; ++i) {
+    keys.push_back(DenseKey(i + 1));
+    if (i >= 16) entries.push_back(EntryFor(keys.back(), Fp("x")));
+  }
+  a->Install(entries);
+  std::vector<std::string> wires;
+  std::vector<Arbiter::Ask> asks;
+  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
+  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
+  size_t reads = 0;
+  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+    ++reads;
+    ask->key = KeyView::Of(keys[i]);
+    return absl::OkStatus();
+  };
+  std::string out;
+  REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
+                           v1::BatchLookupResponse::kStatusesFieldNumber,
+                           Arbiter::AnswerForm(), read_key, &out)
+              .ok());
+  CHECK(reads == 64);
+  v1::BatchLookupResponse answer;
+  REQUIRE(answer.ParseFromString(out));
+  REQUIRE(answer.statuses_size() == 80);
+  for (int i = 0; i < 80; ++i) {
+    INFO(i);
+    CHECK(answer.statuses(i).state() ==
+          (i < 16 ? v1::KEY_STATE_MISS : v1::KEY_STATE_HIT));
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(
+        answer.statuses(i), a->Lookup(keys[i])));
+  }
+}
+
 TEST_CASE("AppendLookups stops at the first key read_key refuses") {
   Fixture f;
   f.digest.reset();  // entries are not judged by fingerprint
