@@ -380,6 +380,34 @@ std::vector<Arbiter::AnswerForm> EveryForm(size_t first_status = 0) {
   return forms;
 }
 
+// What AppendLookups answers for `keys`, sent as protobuf serializes them,
+// and which of them (their indices) it read with its ReadKeyFn.
+struct BatchAnswer {
+  v1::BatchLookupResponse answer;
+  std::vector<size_t> read;
+};
+BatchAnswer AskBatch(const Arbiter& a, const std::vector<v1::Key>& keys,
+                     const Arbiter::AnswerForm& form = {}) {
+  std::vector<std::string> wires;
+  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
+  std::vector<Arbiter::Ask> asks;
+  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
+  BatchAnswer result;
+  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
+    result.read.push_back(i);
+    ask->key = KeyView::Of(keys[i]);
+    return absl::OkStatus();
+  };
+  std::string bytes;
+  REQUIRE(a.AppendLookups(absl::MakeSpan(asks),
+                          v1::BatchLookupResponse::kStatusesFieldNumber, form,
+                          read_key, &bytes)
+              .ok());
+  REQUIRE(result.answer.ParseFromString(bytes));
+  REQUIRE(result.answer.statuses_size() == static_cast<int>(keys.size()));
+  return result;
+}
+
 TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
@@ -453,31 +481,15 @@ TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
   // and as the second part of a larger answer.
   std::vector<v1::Key> keys;
   for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
-  std::vector<std::string> wires;
-  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
   const int hit_asks = 4 * 33 + 1;  // 4 HITs per 9 keys, 1 more in the last 3
   for (size_t first_status : {0, 5000}) {
     for (const Arbiter::AnswerForm& form : EveryForm(first_status)) {
       INFO("omit_keys " << form.omit_keys << " share_executions "
                         << form.share_executions << " first_status "
                         << first_status);
-      std::vector<Arbiter::Ask> asks;
-      for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
-      std::vector<size_t> read;
-      auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-        read.push_back(i);
-        ask->key = KeyView::Of(keys[i]);
-        return absl::OkStatus();
-      };
-      std::string bytes;
-      REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
-                               v1::BatchLookupResponse::kStatusesFieldNumber,
-                               form, read_key, &bytes)
-                  .ok());
-      CHECK(read.size() == 300 - hit_asks);
-      v1::BatchLookupResponse answer;
-      REQUIRE(answer.ParseFromString(bytes));
-      REQUIRE(answer.statuses_size() == 300);
+      const BatchAnswer batch = AskBatch(*a, keys, form);
+      CHECK(batch.read.size() == 300 - hit_asks);
+      const v1::BatchLookupResponse& answer = batch.answer;
       std::map<std::string, uint32_t> first;
       int refs = 0;
       for (int i = 0; i < 300; ++i) {
@@ -580,29 +592,11 @@ TEST_CASE("entries loaded at start-up are found by their key's bytes") {
   a->LoadSummary(KeyId(elsewhere),
                  SerializedEntrySummary(EntryFor(elsewhere, Fp("gpu"))),
                  elsewhere.candidate_set(), FingerprintDigest(Fp("other")));
-  const std::vector<v1::Key> keys = {hit, elsewhere};
-  std::vector<std::string> wires;
-  std::vector<Arbiter::Ask> asks;
-  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
-  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
-  std::vector<size_t> read;
-  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-    read.push_back(i);
-    ask->key = KeyView::Of(keys[i]);
-    return absl::OkStatus();
-  };
-  std::string out;
-  REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
-                           v1::BatchLookupResponse::kStatusesFieldNumber,
-                           Arbiter::AnswerForm(), read_key, &out)
-              .ok());
-  v1::BatchLookupResponse answer;
-  REQUIRE(answer.ParseFromString(out));
-  REQUIRE(answer.statuses_size() == 2);
-  CHECK(answer.statuses(0).state() == v1::KEY_STATE_HIT);
-  CHECK(answer.statuses(0).entry().execution().kernel() == "k");
-  CHECK(answer.statuses(1).state() == v1::KEY_STATE_STALE);
-  CHECK(read == std::vector<size_t>{1});
+  const BatchAnswer batch = AskBatch(*a, {hit, elsewhere});
+  CHECK(batch.answer.statuses(0).state() == v1::KEY_STATE_HIT);
+  CHECK(batch.answer.statuses(0).entry().execution().kernel() == "k");
+  CHECK(batch.answer.statuses(1).state() == v1::KEY_STATE_STALE);
+  CHECK(batch.read == std::vector<size_t>{1});
 }
 
 TEST_CASE("after a group of misses AppendLookups goes by ids for a while") {
@@ -619,25 +613,9 @@ TEST_CASE("after a group of misses AppendLookups goes by ids for a while") {
     if (i >= 16) entries.push_back(EntryFor(keys.back(), Fp("x")));
   }
   a->Install(entries);
-  std::vector<std::string> wires;
-  std::vector<Arbiter::Ask> asks;
-  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
-  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
-  size_t reads = 0;
-  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-    ++reads;
-    ask->key = KeyView::Of(keys[i]);
-    return absl::OkStatus();
-  };
-  std::string out;
-  REQUIRE(a->AppendLookups(absl::MakeSpan(asks),
-                           v1::BatchLookupResponse::kStatusesFieldNumber,
-                           Arbiter::AnswerForm(), read_key, &out)
-              .ok());
-  CHECK(reads == 64);
-  v1::BatchLookupResponse answer;
-  REQUIRE(answer.ParseFromString(out));
-  REQUIRE(answer.statuses_size() == 80);
+  const BatchAnswer batch = AskBatch(*a, keys);
+  CHECK(batch.read.size() == 64);
+  const v1::BatchLookupResponse& answer = batch.answer;
   for (int i = 0; i < 80; ++i) {
     INFO(i);
     CHECK(answer.statuses(i).state() ==
