@@ -8,6 +8,12 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libsqlite3-dev sqlite3 libsystemd-dev
   systemd dpkg-dev file
+  # checking builds: clang's thread-safety analysis, sanitizers, libFuzzer
+  clang-16 libclang-rt-16-dev libfuzzer-16-dev
+  # the fleet tier (a real PostgreSQL server in the tests)
+  postgresql-15 libpq-dev
+  # CLI parsing, metrics checks, package checks, Python bindings
+  libcli11-dev prometheus lintian python3-pytest
   # grpcprobe, the grpcurl stand-in the reflection test uses
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
 )
