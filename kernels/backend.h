@@ -7,12 +7,16 @@
 //
 // Error contract: any method may throw std::exception on a device error or a
 // candidate that cannot run; the engine records the message against the
-// candidate (or fails the job when Prepare throws). Not thread-safe: the
-// daemon's device worker is the only caller.
+// candidate (or fails the job when Prepare throws). CancelledError is the
+// exception: work stopped because the job was cancelled (SetCancel), and the
+// engine ends the job. Not thread-safe: the daemon's device worker is the
+// only caller.
 #ifndef GPUTUNE_KERNELS_BACKEND_H_
 #define GPUTUNE_KERNELS_BACKEND_H_
 
+#include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +29,13 @@ namespace gputune::kernels {
 class Workload {
  public:
   virtual ~Workload() = default;
+};
+
+// Thrown by a backend that stopped long work (a host kernel run, the host
+// reference) because the cancel flag given to SetCancel was set.
+class CancelledError : public std::runtime_error {
+ public:
+  CancelledError() : std::runtime_error("cancelled") {}
 };
 
 // How a candidate's output compares with the reference.
@@ -49,10 +60,18 @@ class Backend {
   virtual std::vector<Execution> Candidates(const DenseShape& shape,
                                             int max_candidates) = 0;
 
+  // Why the last Candidates() call left out or changed what the device
+  // offered (e.g. a cuBLASLt heuristic algo that cannot be rebuilt from its
+  // stored config), one line each; empty when nothing was. The engine logs
+  // them as warnings and keeps them in the report (TuneReport::notes).
+  virtual std::vector<std::string> CandidateNotes() const { return {}; }
+
   // Allocates x, W (values from a deterministic generator seeded with seed,
   // in a realistic bf16 range), the output and the fp32-accumulated reference.
   // Use FillUniformBf16 (bf16.h) with kStreamX / kStreamW: ToleranceFor is
   // derived for its range, and every backend then sees the same inputs.
+  // Also allocates the exact-check inputs (FillExactCheckBf16, bf16.h) and
+  // their reference, for RunAndCompareExact.
   virtual std::unique_ptr<Workload> Prepare(const DenseShape& shape,
                                             uint64_t seed) = 0;
 
@@ -61,6 +80,28 @@ class Backend {
   virtual Comparison RunAndCompare(Workload& workload, const Execution& exec,
                                    double atol, double rtol) = 0;
 
+  // Runs the candidate once on the exact-check inputs (integers whose every
+  // partial sum is exact in bf16, bf16.h) and compares with their reference
+  // exactly (atol = rtol = 0): a correct kernel, whatever its order of
+  // summation, split or reduction type, matches bit for bit, and one that
+  // drops or repeats a K term does not.
+  virtual Comparison RunAndCompareExact(Workload& workload,
+                                        const Execution& exec) = 0;
+
+  // How many partial sums of one output the candidate rounds to bf16 before
+  // adding them (a cuBLASLt split-K that reduces in the output type); 1 when
+  // it accumulates in fp32 throughout. Widens ToleranceFor for it.
+  virtual int Bf16Partials(const Execution& exec) const {
+    (void)exec;
+    return 1;
+  }
+
+  // The job's cancel flag (null: none), set by the engine for the duration
+  // of one TuneDense. Work that can last long (a host kernel run, the host
+  // reference in Prepare) checks it and throws CancelledError. Backends whose
+  // every call is short (the engine caps a sample's length) may ignore it.
+  virtual void SetCancel(const std::atomic<bool>* cancel) { (void)cancel; }
+
   // Empty while the device can still run work; otherwise why it cannot (a
   // sticky CUDA error such as an illegal address leaves the context unusable
   // for the rest of the process). The daemon asks after every failed job and
@@ -68,7 +109,9 @@ class Backend {
   virtual std::string DeviceError() { return ""; }
 
   // Times `reps` back-to-back runs of the candidate after evicting caches (or
-  // rotating inputs) and returns the mean seconds per run.
+  // rotating inputs) and returns the mean seconds per run. The engine sizes
+  // reps from the candidate's measured length, so a sample lasts about
+  // max(TuneOptions::min_sample_seconds, one run).
   virtual double TimeSample(Workload& workload, const Execution& exec,
                             int reps) = 0;
 };

@@ -71,6 +71,53 @@ inline void FillUniformBf16(uint64_t seed, uint64_t stream, Bf16* out,
   for (size_t i = 0; i < count; ++i) out[i] = UniformBf16(seed, stream, i);
 }
 
+// The exact check (Backend::RunAndCompareExact). With uniform inputs a
+// dropped or repeated K term hides in the tolerance from K of about 9,000
+// (the absolute tolerance passes 1 there). These inputs make any correct
+// kernel exact instead: x is +-1 everywhere and row n of W is +-1 where
+// k % P == n % P and 0 elsewhere, with P = ExactCheckPeriod(K), so every
+// output sums at most kExactCheckMaxTerms terms of +-1. Every partial sum, in
+// any order, split or precision (fp32 or bf16), is then an integer in
+// [-256, 256], which bf16 holds exactly: a correct kernel matches the
+// reference bit for bit, and one that drops or repeats a nonzero term is off
+// by 1. Each K position is nonzero in the rows n with n % P == k % P, so
+// every K position is checked when N >= P (N >= K / 256).
+inline constexpr int64_t kExactCheckMaxTerms = 256;
+inline constexpr uint64_t kStreamExactX = 3;
+inline constexpr uint64_t kStreamExactW = 4;
+
+constexpr int64_t ExactCheckPeriod(int64_t k) {
+  return k <= kExactCheckMaxTerms
+             ? 1
+             : (k + kExactCheckMaxTerms - 1) / kExactCheckMaxTerms;
+}
+
+// Element i of the row-major [rows, k] exact-check matrix of `stream`
+// (kStreamExactX for x, kStreamExactW for W): 1.0, -1.0 or (W only) 0.
+constexpr Bf16 ExactCheckBf16(uint64_t seed, uint64_t stream, uint64_t i,
+                              int64_t k) {
+  constexpr Bf16 kOne = 0x3f80;
+  constexpr Bf16 kMinusOne = 0xbf80;
+  if (stream == kStreamExactW) {
+    const int64_t period = ExactCheckPeriod(k);
+    const auto row = static_cast<int64_t>(i / static_cast<uint64_t>(k));
+    const auto col = static_cast<int64_t>(i % static_cast<uint64_t>(k));
+    if (col % period != row % period) return 0;
+  }
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
+  const uint64_t bits = Mix64(Mix64(seed + stream * kGamma) + (i + 1) * kGamma);
+  return (bits >> 63) != 0 ? kMinusOne : kOne;
+}
+
+// Fills the row-major [rows, k] exact-check matrix of `stream`.
+inline void FillExactCheckBf16(uint64_t seed, uint64_t stream, Bf16* out,
+                               int64_t rows, int64_t k) {
+  const auto count = static_cast<uint64_t>(rows * k);
+  for (uint64_t i = 0; i < count; ++i) {
+    out[i] = ExactCheckBf16(seed, stream, i, k);
+  }
+}
+
 }  // namespace gputune::kernels
 
 #endif  // GPUTUNE_KERNELS_BF16_H_

@@ -5,23 +5,43 @@
 //   if (!r.ok) { /* r.error says why; abandon the key */ }
 //   use(r.chosen);                             // r.candidates explains why
 //
-// Procedure: enumerate candidates (first = default), prepare inputs with a
-// fixed seed, validate each against the fp32 reference with a tolerance that
-// scales with K (drop failures and exceptions, with the reason), warm up, take
-// timed samples sized to the kernel's length within the per-key budget, score
-// by median, and choose the fastest only if it beats the default by at least
-// min_improvement_bps. A single valid candidate is chosen without timing.
+// Procedure (docs/architecture.md, "TuneDense", states the same rules):
+//  1. Enumerate candidates (first = the stable default) and prepare inputs
+//     with a fixed seed.
+//  2. Validate each: against the fp32 reference on uniform inputs with a
+//     tolerance that scales with K (and with the partial sums a candidate
+//     rounds to bf16), then exactly on the integer inputs of the exact check
+//     (bf16.h), which catch a missing or repeated K term. Failures and
+//     exceptions are dropped with the reason. The validation run's wall time
+//     is the first estimate of the kernel's length.
+//  3. Warm up and size samples to that length: a candidate whose validation
+//     run lasted at least min_sample_seconds was warmed by it and is sampled
+//     one run at a time; a shorter one takes warmup_runs runs and calibration
+//     samples (discarded) until reps runs last min_sample_seconds.
+//  4. Plan: the default (when valid), then the others from the shortest
+//     sample up, as long as min_samples samples of everyone planned fit in
+//     what is left of budget_seconds. The rest are "cut by budget".
+//  5. Interleaved rounds: every planned candidate takes one sample per
+//     round, the order rotating by one each round, so clock or thermal drift
+//     falls on all of them alike. Rounds go on to max_samples while the next
+//     round fits in the budget; a round never starts past twice the budget.
+//  6. Score each by its p20 / p50 (median) / p80 and dispersion, and select
+//     (the rule below).
 //
-// Budget: budget_seconds bounds the timing phase (warm-up and samples), not
-// validation. Each valid candidate gets an equal share of what is left when
-// its turn comes (so time a fast candidate leaves goes to the next), and never
-// less than budget_seconds / valid candidates (so one that overran, by at most
-// one run or sample, cannot starve the rest). A candidate whose warm-up or
-// first sample alone overruns its share is cut ("cut by budget", never
-// chosen); one that runs out of share before min_samples is scored on what it
-// has, noted "cut short by budget". When the default is invalid or cut, the
-// fastest timed candidate wins outright; when no candidate could be timed, a
-// valid default is kept.
+// Selection. A non-default candidate is chosen only when it beats the
+// default by min_improvement_bps on the median AND beyond the measured noise:
+// its p80 is below the default's p20 (at least 80 % of its samples are
+// faster than 80 % of the default's). Of those, the lowest median wins;
+// otherwise the default is kept and the reason says why ("within noise",
+// "below min_improvement_bps", "the fastest"). When the default failed
+// validation the fastest timed candidate (lowest median) wins outright. A
+// single valid candidate is chosen without timing.
+//
+// Never an unmeasured choice: when more than one candidate is valid but the
+// default (when valid) or, with an invalid default, every candidate could not
+// be timed min_samples times within the budget, or no second candidate could
+// be compared with it, the report fails (nothing is recorded) with a reason
+// that says what to change: the budget a comparison needs.
 #ifndef GPUTUNE_KERNELS_ENGINE_H_
 #define GPUTUNE_KERNELS_ENGINE_H_
 
@@ -74,8 +94,11 @@ struct CandidateReport {
   CandidateValidation validation = CandidateValidation::kNotRun;
   double max_abs_error = 0;
   std::string error;          // why it was dropped or cut short
-  double median_seconds = 0;  // 0 when not timed
+  double median_seconds = 0;  // p50; 0 when not timed
   double spread_seconds = 0;  // max - min of the samples
+  double p20_seconds = 0;     // 20th percentile (linear interpolation)
+  double p80_seconds = 0;     // 80th percentile
+  double dispersion = 0;      // (p80 - p20) / p50: the noise, relative
   uint32_t samples = 0;
   bool is_default = false;
   bool chosen = false;
@@ -88,12 +111,19 @@ struct TuneReport {
   std::vector<CandidateReport> candidates;  // in enumeration order
   double default_seconds = 0;               // 0 when the default was not timed
   double chosen_seconds = 0;                // 0 when not timed
+  // Why the chosen candidate was chosen, one line (e.g. "default kept: X is
+  // 1.5 % faster by median but within noise (...)"); empty when !ok.
+  std::string reason;
+  // The backend's CandidateNotes(): what it left out or changed, and why.
+  std::vector<std::string> notes;
 };
 
 // Callbacks into the caller; all optional. Called on the calling thread.
 struct TuneHooks {
-  // After each candidate is finished (dropped by validation, timed, or
-  // chosen as the only valid one): (done, total), done rising by one a call.
+  // After each candidate is finished with alone (dropped by validation,
+  // warmed up and calibrated for timing, or chosen as the only valid one):
+  // (done, total), done rising by one a call. The interleaved rounds that
+  // follow the last call take at most the rest of the budget.
   std::function<void(int, int)> progress;
   // Log lines at the level TuneOptions::log asks for. severity: 0 debug,
   // 1 info, 2 warning. Candidates that fail validation are logged as warnings
@@ -102,18 +132,25 @@ struct TuneHooks {
   std::function<void(int, const std::string&)> log;
   // When set and true, the engine stops at the next sample (or validation)
   // and fails with error "cancelled"; report.candidates keeps what was done.
+  // Also handed to the backend (Backend::SetCancel) so that one long run or
+  // the reference stops too: a job ends within a bounded time of the flag.
   const std::atomic<bool>* cancel = nullptr;
 };
 
 // Validation tolerance for a reduction of length k in bf16: absolute part grows
-// with sqrt(k) (random-walk rounding), relative part is bf16's epsilon.
-// Derived for inputs from FillUniformBf16 (bf16.h), |x|, |w| <= 1; the
-// derivation is in engine.cc. k >= 1.
+// with sqrt(k) (random-walk rounding) and with the number of partial sums the
+// kernel rounds to bf16 (Backend::Bf16Partials), relative part is bf16's
+// epsilon. Derived for inputs from FillUniformBf16 (bf16.h), |x|, |w| <= 1;
+// the derivation is in engine.cc. k >= 1, bf16_partials >= 1.
 struct Tolerance {
   double atol;
   double rtol;
 };
-Tolerance ToleranceFor(int64_t k);
+Tolerance ToleranceFor(int64_t k, int bf16_partials = 1);
+
+// Quantile q in [0, 1] of sorted, non-empty samples, interpolating linearly
+// between order statistics (R's type 7): q = 0.5 is the median.
+double Quantile(const std::vector<double>& sorted, double q);
 
 // Runs the procedure above. Never throws: backend exceptions become a
 // candidate's error, or the report's error when Candidates or Prepare fails;

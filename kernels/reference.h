@@ -7,6 +7,7 @@
 #ifndef GPUTUNE_KERNELS_REFERENCE_H_
 #define GPUTUNE_KERNELS_REFERENCE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -21,8 +22,19 @@ namespace gputune::kernels {
 // are exact there), so the reference is more accurate than any fp32
 // accumulation it judges. Deliberately the plainest loop, separate from every
 // candidate: it must be obviously right, not fast (O(MNK), single thread).
+// Checks `cancel` (when not null) every row of 64 outputs and throws
+// CancelledError once it is set: at the largest shapes this loop alone runs
+// for tens of seconds.
 std::vector<float> ReferenceDense(const DenseShape& shape, const Bf16* x,
-                                  const Bf16* w);
+                                  const Bf16* w,
+                                  const std::atomic<bool>* cancel = nullptr);
+
+// ReferenceDense for the exact-check inputs (FillExactCheckBf16, bf16.h),
+// summing only the K positions where W can be nonzero (k % P == n % P), so it
+// costs O(MNK / P): the same numbers as ReferenceDense on those inputs.
+std::vector<float> ReferenceExactCheck(
+    const DenseShape& shape, const Bf16* x, const Bf16* w,
+    const std::atomic<bool>* cancel = nullptr);
 
 // Counts the outputs that are NaN/Inf, or farther than atol + rtol*|ref| from
 // the reference, and the largest finite |out - ref|.

@@ -30,8 +30,13 @@ int64_t Param(const Execution& exec, const char* name, int64_t fallback) {
 std::string FaultExecutionError(const Execution& exec) {
   if (!IsFault(exec)) return HostExecutionError(exec);
   if (exec.kernel == "fault.wrong" || exec.kernel == "fault.throws" ||
-      exec.kernel == "fault.slow" || exec.kernel == "fault.lose_device") {
+      exec.kernel == "fault.slow" || exec.kernel == "fault.lose_device" ||
+      exec.kernel == "fault.drop_term" || exec.kernel == "fault.repeat_term") {
     return "";
+  }
+  if (exec.kernel == "fault.splitk_bf16") {
+    return Param(exec, "split", 2) >= 1 ? ""
+                                        : "fault.splitk_bf16 needs split >= 1";
   }
   if (exec.kernel == "fault.fixed") {
     return Param(exec, "time_us", 100) > 0 ? ""
@@ -40,8 +45,55 @@ std::string FaultExecutionError(const Execution& exec) {
   return "unknown fault kernel \"" + exec.kernel + "\"";
 }
 
-// Runs a fault.* execution into the workload's output.
-void RunFault(HostWorkload& wl, const Execution& exec, bool timing) {
+// y = x * W^T computed as `exec` would: host.naive's order, except that
+// fault.drop_term leaves out (and fault.repeat_term adds twice) the K term
+// `at` (default: the last), and fault.splitk_bf16 sums `split` chunks of K in
+// fp32 and adds each chunk's sum, rounded to bf16, into a bf16 output (as a
+// cuBLASLt split-K reducing in place in the output type does).
+void DenseAsFault(const Execution& exec, const DenseShape& s, const Bf16* x,
+                  const Bf16* w, Bf16* y) {
+  const int64_t at =
+      std::clamp<int64_t>(Param(exec, "at", s.k - 1), 0, s.k - 1);
+  const int64_t split =
+      exec.kernel == "fault.splitk_bf16" ? Param(exec, "split", 2) : 1;
+  const int64_t chunk = (s.k + split - 1) / split;
+  for (int64_t m = 0; m < s.m; ++m) {
+    for (int64_t n = 0; n < s.n; ++n) {
+      auto term = [&](int64_t k) {
+        return Bf16ToFloat(x[m * s.k + k]) * Bf16ToFloat(w[n * s.k + k]);
+      };
+      float out = 0;
+      for (int64_t k0 = 0; k0 < s.k; k0 += chunk) {
+        float acc = 0;
+        for (int64_t k = k0; k < std::min(s.k, k0 + chunk); ++k) {
+          acc += term(k);
+        }
+        out =
+            split > 1
+                ? Bf16ToFloat(FloatToBf16(out + Bf16ToFloat(FloatToBf16(acc))))
+                : acc;
+      }
+      if (exec.kernel == "fault.drop_term") out -= term(at);
+      if (exec.kernel == "fault.repeat_term") out += term(at);
+      y[m * s.n + n] = FloatToBf16(out);
+    }
+  }
+}
+
+// Sleeps, looking at the cancel flag every 5 ms.
+void Sleep(std::chrono::milliseconds total, const std::atomic<bool>* cancel) {
+  const auto end = std::chrono::steady_clock::now() + total;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cancel != nullptr && cancel->load()) throw CancelledError();
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(5), end - std::chrono::steady_clock::now()));
+  }
+}
+
+// Runs a fault.* execution into the workload's output, on the uniform or
+// the exact-check inputs.
+void RunFault(HostWorkload& wl, const Execution& exec, bool timing, bool exact,
+              const std::atomic<bool>* cancel) {
   if (std::string error = FaultExecutionError(exec); !error.empty()) {
     throw std::invalid_argument(error);
   }
@@ -50,11 +102,11 @@ void RunFault(HostWorkload& wl, const Execution& exec, bool timing) {
     throw std::runtime_error("injected failure");
   }
   if (exec.kernel == "fault.slow") {
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(Param(exec, "sleep_ms", 50)));
+    Sleep(std::chrono::milliseconds(Param(exec, "sleep_ms", 50)), cancel);
   }
-  RunHostExecution(Execution{"host.naive", {}}, wl.shape(), wl.x(), wl.w(),
-                   wl.y());
+  const Bf16* x = exact ? wl.exact_x() : wl.x();
+  const Bf16* w = exact ? wl.exact_w() : wl.w();
+  DenseAsFault(exec, wl.shape(), x, w, wl.y());
   if (exec.kernel == "fault.wrong") {
     for (size_t i = 0; i < wl.outputs(); i += 7) {
       wl.y()[i] = FloatToBf16(Bf16ToFloat(wl.y()[i]) + 16.0f);
@@ -128,8 +180,22 @@ Comparison FaultBackend::RunAndCompare(Workload& workload,
     throw std::runtime_error("injected device loss");
   }
   HostWorkload& wl = HostBackend::AsHost(workload);
-  RunFault(wl, exec, /*timing=*/false);
+  RunFault(wl, exec, /*timing=*/false, /*exact=*/false, host_.cancel());
   return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);
+}
+
+Comparison FaultBackend::RunAndCompareExact(Workload& workload,
+                                            const Execution& exec) {
+  if (!IsFault(exec)) return host_.RunAndCompareExact(workload, exec);
+  HostWorkload& wl = HostBackend::AsHost(workload);
+  RunFault(wl, exec, /*timing=*/false, /*exact=*/true, host_.cancel());
+  return CompareWithReference(wl.y(), wl.exact_reference(), wl.outputs(), 0, 0);
+}
+
+int FaultBackend::Bf16Partials(const Execution& exec) const {
+  return exec.kernel == "fault.splitk_bf16"
+             ? static_cast<int>(Param(exec, "split", 2))
+             : 1;
 }
 
 double FaultBackend::TimeSample(Workload& workload, const Execution& exec,
@@ -137,7 +203,9 @@ double FaultBackend::TimeSample(Workload& workload, const Execution& exec,
   if (!IsFault(exec)) return host_.TimeSample(workload, exec, reps);
   if (exec.kernel == "fault.fixed") return Param(exec, "time_us", 100) * 1e-6;
   HostWorkload& wl = HostBackend::AsHost(workload);
-  return MeanSecondsPerRun(reps, [&] { RunFault(wl, exec, /*timing=*/true); });
+  return MeanSecondsPerRun(reps, [&] {
+    RunFault(wl, exec, /*timing=*/true, /*exact=*/false, host_.cancel());
+  });
 }
 
 }  // namespace gputune::kernels

@@ -20,10 +20,18 @@
 //   fault.fixed     time_us=100      correct; TimeSample reports exactly
 //                                    time_us per run without running anything,
 //                                    so selection tests are deterministic
+//   fault.drop_term   at=K-1         leaves the K term `at` out of every output
+//   fault.repeat_term at=K-1         adds the K term `at` twice
+//   fault.splitk_bf16 split=2        correct, but sums `split` chunks of K and
+//                                    adds each, rounded to bf16, into a bf16
+//                                    output (a split-K reducing in place in
+//                                    bf16); Bf16Partials says so
 // Workloads are HostWorkloads; outputs start from host.naive's (correct) one.
+// fault.slow's sleep and host kernels stop on the cancel flag (SetCancel).
 #ifndef GPUTUNE_KERNELS_HOST_FAULT_BACKEND_H_
 #define GPUTUNE_KERNELS_HOST_FAULT_BACKEND_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +71,12 @@ class FaultBackend final : public Backend {
                                     uint64_t seed) override;
   Comparison RunAndCompare(Workload& workload, const Execution& exec,
                            double atol, double rtol) override;
+  Comparison RunAndCompareExact(Workload& workload,
+                                const Execution& exec) override;
+  int Bf16Partials(const Execution& exec) const override;
+  void SetCancel(const std::atomic<bool>* cancel) override {
+    host_.SetCancel(cancel);
+  }
   double TimeSample(Workload& workload, const Execution& exec,
                     int reps) override;
   // Set once a fault.lose_device candidate ran.

@@ -87,7 +87,8 @@ uint32_t HardwareThreads() {
 
 }  // namespace
 
-HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies)
+HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
+                           const std::atomic<bool>* cancel)
     : shape_(shape), copies_(copies) {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1 || copies < 1) {
     throw std::invalid_argument(
@@ -104,7 +105,13 @@ HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies)
     std::copy_n(x_.begin(), x_size, x_.begin() + c * x_size);
     std::copy_n(w_.begin(), w_size, w_.begin() + c * w_size);
   }
-  reference_ = ReferenceDense(shape, x_.data(), w_.data());
+  reference_ = ReferenceDense(shape, x_.data(), w_.data(), cancel);
+  exact_x_.resize(x_size);
+  exact_w_.resize(w_size);
+  FillExactCheckBf16(seed, kStreamExactX, exact_x_.data(), shape.m, shape.k);
+  FillExactCheckBf16(seed, kStreamExactW, exact_w_.data(), shape.n, shape.k);
+  exact_reference_ =
+      ReferenceExactCheck(shape, exact_x_.data(), exact_w_.data(), cancel);
 }
 
 const Bf16* HostWorkload::x(int copy) const {
@@ -160,7 +167,7 @@ std::unique_ptr<Workload> HostBackend::Prepare(const DenseShape& shape,
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
     throw std::invalid_argument("dense shape needs m, n, k >= 1");
   }
-  return std::make_unique<HostWorkload>(shape, seed, CopiesFor(shape));
+  return std::make_unique<HostWorkload>(shape, seed, CopiesFor(shape), cancel_);
 }
 
 Comparison HostBackend::RunAndCompare(Workload& workload, const Execution& exec,
@@ -168,8 +175,17 @@ Comparison HostBackend::RunAndCompare(Workload& workload, const Execution& exec,
   HostWorkload& wl = AsHost(workload);
   const HostKernel kernel(exec);
   std::fill_n(wl.y(), wl.outputs(), kQuietNaN);
-  kernel.Run(wl.shape(), wl.x(), wl.w(), wl.y());
+  kernel.Run(wl.shape(), wl.x(), wl.w(), wl.y(), cancel_);
   return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);
+}
+
+Comparison HostBackend::RunAndCompareExact(Workload& workload,
+                                           const Execution& exec) {
+  HostWorkload& wl = AsHost(workload);
+  const HostKernel kernel(exec);
+  std::fill_n(wl.y(), wl.outputs(), kQuietNaN);
+  kernel.Run(wl.shape(), wl.exact_x(), wl.exact_w(), wl.y(), cancel_);
+  return CompareWithReference(wl.y(), wl.exact_reference(), wl.outputs(), 0, 0);
 }
 
 double HostBackend::TimeSample(Workload& workload, const Execution& exec,
@@ -178,7 +194,7 @@ double HostBackend::TimeSample(Workload& workload, const Execution& exec,
   const HostKernel kernel(exec);
   return MeanSecondsPerRun(reps, [&] {
     const int copy = wl.NextCopy();
-    kernel.Run(wl.shape(), wl.x(copy), wl.w(copy), wl.y());
+    kernel.Run(wl.shape(), wl.x(copy), wl.w(copy), wl.y(), cancel_);
   });
 }
 

@@ -9,6 +9,7 @@
 #ifndef GPUTUNE_KERNELS_HOST_HOST_BACKEND_H_
 #define GPUTUNE_KERNELS_HOST_HOST_BACKEND_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -30,8 +31,11 @@ namespace gputune::kernels {
 class HostWorkload final : public Workload {
  public:
   // Generates x and W from seed with FillUniformBf16 and computes the
-  // reference (ReferenceDense). shape must have m, n, k >= 1.
-  HostWorkload(const DenseShape& shape, uint64_t seed, int copies);
+  // reference (ReferenceDense), and the exact-check inputs and reference.
+  // shape must have m, n, k >= 1. Throws CancelledError when cancel (if not
+  // null) is set while the reference is computed.
+  HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
+               const std::atomic<bool>* cancel = nullptr);
 
   const DenseShape& shape() const { return shape_; }
   int copies() const { return copies_; }
@@ -43,6 +47,10 @@ class HostWorkload final : public Workload {
   const Bf16* y() const { return y_.data(); }
   const float* reference() const { return reference_.data(); }
   size_t outputs() const { return y_.size(); }
+  // The exact-check inputs (FillExactCheckBf16) and their reference.
+  const Bf16* exact_x() const { return exact_x_.data(); }
+  const Bf16* exact_w() const { return exact_w_.data(); }
+  const float* exact_reference() const { return exact_reference_.data(); }
 
   // The copy the next timed run should read; advances round-robin.
   int NextCopy();
@@ -54,6 +62,9 @@ class HostWorkload final : public Workload {
   std::vector<Bf16> w_;  // copies_ * n * k
   std::vector<Bf16> y_;  // m * n
   std::vector<float> reference_;
+  std::vector<Bf16> exact_x_;
+  std::vector<Bf16> exact_w_;
+  std::vector<float> exact_reference_;
   int next_copy_ = 0;
 };
 
@@ -79,6 +90,12 @@ class HostBackend final : public Backend {
   // shows up as non-finite.
   Comparison RunAndCompare(Workload& workload, const Execution& exec,
                            double atol, double rtol) override;
+  Comparison RunAndCompareExact(Workload& workload,
+                                const Execution& exec) override;
+  // Kernel runs and Prepare's reference stop with CancelledError once the
+  // flag is set.
+  void SetCancel(const std::atomic<bool>* cancel) override { cancel_ = cancel; }
+  const std::atomic<bool>* cancel() const { return cancel_; }
   // Wall time (steady_clock) of reps runs over rotating input copies.
   double TimeSample(Workload& workload, const Execution& exec,
                     int reps) override;
@@ -89,6 +106,7 @@ class HostBackend final : public Backend {
 
  private:
   Fingerprint fingerprint_;  // constant after construction
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 // Mean wall time (steady_clock) of `reps` (at least 1) back-to-back calls of

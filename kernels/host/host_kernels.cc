@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/bf16.h"
 
 namespace gputune::kernels {
@@ -57,6 +58,21 @@ std::vector<int64_t> TakeParams(const Execution& exec,
   return values;
 }
 
+// Outputs (or output tiles) between two looks at the cancel flag: a relaxed
+// load every 64 dot products costs nothing measurable, and stops even the
+// slowest kernel on the largest shape within milliseconds.
+constexpr int64_t kCancelStride = 64;
+
+using Cancel = const std::atomic<bool>*;
+
+inline bool IsCancelled(Cancel cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+inline void ThrowIfCancelled(Cancel cancel) {
+  if (IsCancelled(cancel)) throw CancelledError();
+}
+
 inline float ToFloat(uint16_t b) { return Bf16ToFloat(b); }
 inline float ToFloat(float f) { return f; }
 
@@ -82,9 +98,10 @@ float Dot(const T* a, const T* b, int64_t n) {
 // The untuned default: one accumulator, k in order. The serial dependency
 // on acc is what makes it slow (one add per FP-add latency).
 void Naive(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-           uint16_t* y) {
+           uint16_t* y, Cancel cancel) {
   for (int64_t m = 0; m < s.m; ++m) {
     for (int64_t n = 0; n < s.n; ++n) {
+      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
       float acc = 0;
       for (int64_t k = 0; k < s.k; ++k) {
         acc += Bf16ToFloat(x[m * s.k + k]) * Bf16ToFloat(w[n * s.k + k]);
@@ -96,9 +113,10 @@ void Naive(const DenseShape& s, const uint16_t* x, const uint16_t* w,
 
 template <int U>
 void Unrolled(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-              uint16_t* y) {
+              uint16_t* y, Cancel cancel) {
   for (int64_t m = 0; m < s.m; ++m) {
     for (int64_t n = 0; n < s.n; ++n) {
+      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
       y[m * s.n + n] = FloatToBf16(Dot<U>(x + m * s.k, w + n * s.k, s.k));
     }
   }
@@ -108,7 +126,8 @@ void Unrolled(const DenseShape& s, const uint16_t* x, const uint16_t* w,
 // fp32 once and reuses it for every row of x (converted per tile_m rows);
 // per-output sums live in acc[M][tile_n] across the K slices.
 void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-             uint16_t* y, int64_t tile_m, int64_t tile_n, int64_t tile_k) {
+             uint16_t* y, int64_t tile_m, int64_t tile_n, int64_t tile_k,
+             Cancel cancel) {
   std::vector<float> xf(static_cast<size_t>(tile_m * tile_k));
   std::vector<float> wf(static_cast<size_t>(tile_n * tile_k));
   std::vector<float> acc(static_cast<size_t>(s.m * tile_n));
@@ -116,6 +135,7 @@ void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
     const int64_t nn = std::min(tile_n, s.n - n0);
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t k0 = 0; k0 < s.k; k0 += tile_k) {
+      ThrowIfCancelled(cancel);
       const int64_t kk = std::min(tile_k, s.k - k0);
       for (int64_t j = 0; j < nn; ++j) {
         const uint16_t* src = w + (n0 + j) * s.k + k0;
@@ -147,25 +167,33 @@ void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
 // output is Dot<8> of its row and column, so the result does not depend on
 // which thread computed it. The calling thread works too.
 void Threaded(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-              uint16_t* y, int64_t threads, int64_t tile) {
+              uint16_t* y, int64_t threads, int64_t tile, Cancel cancel) {
   const int64_t tiles = (s.n + tile - 1) / tile;
   std::atomic<int64_t> next{0};
+  std::atomic<bool> stopped{false};  // a worker left tiles undone
   auto work = [&] {
     for (int64_t t;
          (t = next.fetch_add(1, std::memory_order_relaxed)) < tiles;) {
       const int64_t n_end = std::min(s.n, (t + 1) * tile);
       for (int64_t n = t * tile; n < n_end; ++n) {
+        if ((n - t * tile) % kCancelStride == 0 && IsCancelled(cancel)) {
+          stopped.store(true, std::memory_order_relaxed);
+          return;
+        }
         for (int64_t m = 0; m < s.m; ++m) {
           y[m * s.n + n] = FloatToBf16(Dot<8>(x + m * s.k, w + n * s.k, s.k));
         }
       }
     }
   };
-  std::vector<std::jthread> helpers;  // joined on every exit path
-  const int64_t extra = std::min(threads, tiles) - 1;
-  helpers.reserve(static_cast<size_t>(extra));
-  for (int64_t i = 0; i < extra; ++i) helpers.emplace_back(work);
-  work();
+  {
+    std::vector<std::jthread> helpers;  // joined on every exit path
+    const int64_t extra = std::min(threads, tiles) - 1;
+    helpers.reserve(static_cast<size_t>(extra));
+    for (int64_t i = 0; i < extra; ++i) helpers.emplace_back(work);
+    work();
+  }
+  if (stopped.load()) throw CancelledError();
 }
 
 }  // namespace
@@ -204,21 +232,22 @@ HostKernel::HostKernel(const Execution& exec) {
 }
 
 void HostKernel::Run(const DenseShape& shape, const uint16_t* x,
-                     const uint16_t* w, uint16_t* y) const {
+                     const uint16_t* w, uint16_t* y,
+                     const std::atomic<bool>* cancel) const {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
     throw std::invalid_argument("dense shape needs m, n, k >= 1");
   }
   switch (family_) {
     case Family::kNaive:
-      return Naive(shape, x, w, y);
+      return Naive(shape, x, w, y, cancel);
     case Family::kUnrolled:
-      if (p0_ == 4) return Unrolled<4>(shape, x, w, y);
-      if (p0_ == 8) return Unrolled<8>(shape, x, w, y);
-      return Unrolled<16>(shape, x, w, y);
+      if (p0_ == 4) return Unrolled<4>(shape, x, w, y, cancel);
+      if (p0_ == 8) return Unrolled<8>(shape, x, w, y, cancel);
+      return Unrolled<16>(shape, x, w, y, cancel);
     case Family::kBlocked:
-      return Blocked(shape, x, w, y, p0_, p1_, p2_);
+      return Blocked(shape, x, w, y, p0_, p1_, p2_, cancel);
     case Family::kThreaded:
-      return Threaded(shape, x, w, y, p0_, p1_);
+      return Threaded(shape, x, w, y, p0_, p1_, cancel);
   }
 }
 

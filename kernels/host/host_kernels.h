@@ -18,6 +18,7 @@
 #ifndef GPUTUNE_KERNELS_HOST_HOST_KERNELS_H_
 #define GPUTUNE_KERNELS_HOST_HOST_KERNELS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -37,9 +38,11 @@ class HostKernel {
   // y[m][n] = bf16(sum_k x[m][k] * w[n][k]) for row-major, densely packed
   // x[M][K], w[N][K], y[M][N] (bf16 bit patterns). Throws
   // std::invalid_argument when a dimension of shape is below 1, and
-  // std::system_error when host.threaded cannot start a thread.
+  // std::system_error when host.threaded cannot start a thread. When cancel
+  // is not null it is checked every 64 outputs (or K slice), and once it is
+  // set Run throws CancelledError (backend.h), leaving y partly written.
   void Run(const DenseShape& shape, const uint16_t* x, const uint16_t* w,
-           uint16_t* y) const;
+           uint16_t* y, const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   enum class Family { kNaive, kUnrolled, kBlocked, kThreaded };

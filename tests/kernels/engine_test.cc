@@ -207,29 +207,50 @@ TEST_CASE(
   CHECK_FALSE(report.candidates[0].chosen);
 }
 
-TEST_CASE("a default cut by the budget loses to the fastest timed candidate") {
+TEST_CASE(
+    "a default that cannot be timed within the budget fails the job with the "
+    "budget a comparison needs") {
   const Execution slow{"fault.slow", {{"sleep_ms", 30}}};
   TuneOptions options = FastOptions();
-  options.budget_seconds = 0.03;  // a 10 ms share each
+  options.budget_seconds = 0.03;  // 5 samples of 30 ms do not fit
   const TuneReport report = Tune({slow, Fixed(100), Fixed(99)}, options);
-  REQUIRE(report.ok);
+  CHECK_FALSE(report.ok);
   CHECK_THAT(report.candidates[0].error, Catch::StartsWith("cut by budget"));
-  CHECK(report.chosen == Fixed(99));
-  CHECK(report.default_seconds == 0);
+  CHECK_THAT(report.error,
+             Catch::Contains("could be compared with the default") &&
+                 Catch::Contains("raise the tuning budget"));
+  CHECK(ChosenCount(report) == 0);
 }
 
-TEST_CASE("when no candidate can be timed a valid default is kept") {
-  const Execution slow{"fault.slow", {{"sleep_ms", 30}}};
-  TuneOptions options = FastOptions();
-  options.budget_seconds = 0.01;
-  const TuneReport report =
-      Tune({slow, {"fault.slow", {{"sleep_ms", 31}}}}, options);
-  REQUIRE(report.ok);
-  CHECK(report.chosen == slow);
-  CHECK(report.candidates[0].chosen);
-  CHECK(report.chosen_seconds == 0);
-  for (const CandidateReport& c : report.candidates) {
-    CHECK_THAT(c.error, Catch::StartsWith("cut by budget"));
+TEST_CASE("an untimeable tune never yields a final HIT") {
+  SECTION("every candidate is longer than the budget allows") {
+    const Execution slow{"fault.slow", {{"sleep_ms", 30}}};
+    TuneOptions options = FastOptions();
+    options.budget_seconds = 0.01;
+    const TuneReport report =
+        Tune({slow, {"fault.slow", {{"sleep_ms", 31}}}}, options);
+    CHECK_FALSE(report.ok);
+    CHECK(ChosenCount(report) == 0);
+    CHECK(report.chosen_seconds == 0);
+    for (const CandidateReport& c : report.candidates) {
+      CHECK_THAT(c.error, Catch::StartsWith("cut by budget"));
+    }
+    // Says what to change, with a number: 5 samples of both, and more.
+    CHECK_THAT(report.error, Catch::Contains("the default fault.slow") &&
+                                 Catch::Contains("--tune_budget) to at least"));
+  }
+  SECTION("the host backend's slow default on a shape too big for the budget") {
+    // The case, scaled down: host.naive runs for tens of ms here, so
+    // five samples of it cannot fit in 10 ms.
+    HostBackend backend;
+    TuneOptions options = FastOptions();
+    options.budget_seconds = 0.01;
+    const TuneReport report =
+        TuneDense(backend, {.m = 16, .n = 256, .k = 4096}, options);
+    INFO(report.error);
+    CHECK_FALSE(report.ok);
+    CHECK(ChosenCount(report) == 0);
+    CHECK_THAT(report.error, Catch::Contains("raise the tuning budget"));
   }
 }
 
@@ -242,9 +263,25 @@ TEST_CASE("timed candidates report median, spread and sample count") {
     CHECK(c.validation == CandidateValidation::kPassed);
     CHECK(c.samples == 7);
     CHECK(c.spread_seconds == 0);
+    CHECK(c.p20_seconds == c.median_seconds);
+    CHECK(c.p80_seconds == c.median_seconds);
+    CHECK(c.dispersion == 0);
     CHECK(c.error.empty());
   }
   CHECK(ChosenCount(report) == 1);
+  CHECK_THAT(report.reason, Catch::Contains("2x faster than the default") &&
+                                Catch::Contains("beyond noise"));
+}
+
+TEST_CASE("quantiles interpolate between order statistics") {
+  const std::vector<double> sorted = {1, 2, 3, 4, 5};
+  CHECK(Quantile(sorted, 0.5) == 3);
+  CHECK(Quantile(sorted, 0.2) == Approx(1.8));
+  CHECK(Quantile(sorted, 0.8) == Approx(4.2));
+  CHECK(Quantile(sorted, 0) == 1);
+  CHECK(Quantile(sorted, 1) == 5);
+  CHECK(Quantile({7}, 0.2) == 7);
+  CHECK(Quantile({2, 4}, 0.5) == 3);
 }
 
 TEST_CASE("a single valid candidate is chosen without timing") {
@@ -363,6 +400,7 @@ TEST_CASE("the log level decides what is logged") {
     CHECK(lines[1].first == 1);
     CHECK_THAT(lines[1].second,
                Catch::Contains("chose fault.fixed(time_us=50) at 50 us") &&
+                   Catch::Contains("beyond noise") &&
                    Catch::Contains("2x the default's 100 us") &&
                    Catch::Contains("fastest: fault.fixed(time_us=50) 50 us, "
                                    "fault.fixed(time_us=60) 60 us, "
@@ -436,6 +474,9 @@ class NoDeviceBackend final : public Backend {
                            double) override {
     return {};
   }
+  Comparison RunAndCompareExact(Workload&, const Execution&) override {
+    return {};
+  }
   double TimeSample(Workload&, const Execution&, int) override { return 1; }
 };
 
@@ -495,6 +536,139 @@ TEST_CASE("the default fault candidates exercise every failure in one job") {
         CandidateValidation::kError);
   CHECK_THAT(Find(report, {"fault.slow", {{"sleep_ms", 50}}}).error,
              Catch::StartsWith("cut by budget"));
+}
+
+}  // namespace
+}  // namespace gputune::kernels
+
+namespace gputune::kernels {
+namespace {
+
+TEST_CASE(
+    "the exact check catches a dropped or repeated K term that the tolerance "
+    "cannot see") {
+  // From K of about 9,000 the absolute tolerance exceeds 1, the most one
+  // term of uniform inputs can move an output.
+  const DenseShape shape{.m = 2, .n = 64, .k = 12288};
+  const Tolerance tol = ToleranceFor(shape.k);
+  REQUIRE(tol.atol > 1);
+  const std::vector<Execution> faulty = {
+      {"fault.drop_term", {}},
+      {"fault.repeat_term", {}},
+      {"fault.drop_term", {{"at", 0}}},
+      {"fault.repeat_term", {{"at", 5000}}},
+  };
+  FaultBackend backend;
+  auto workload = backend.Prepare(shape, 7);
+  for (const Execution& exec : faulty) {
+    INFO(exec.ToString());
+    // Invisible to the tolerance check...
+    CHECK(
+        backend.RunAndCompare(*workload, exec, tol.atol, tol.rtol).mismatches ==
+        0);
+    // ...but every output that has the term is off by exactly 1.
+    const Comparison exact = backend.RunAndCompareExact(*workload, exec);
+    CHECK(exact.mismatches > 0);
+    CHECK(exact.max_abs_error == 1);
+  }
+  CHECK(backend.RunAndCompareExact(*workload, {"host.naive", {}}).mismatches ==
+        0);
+
+  std::vector<Execution> candidates = {{"host.naive", {}}};
+  candidates.insert(candidates.end(), faulty.begin(), faulty.end());
+  FaultBackend tuner(candidates);
+  const TuneReport report = TuneDense(tuner, shape, FastOptions());
+  REQUIRE(report.ok);
+  CHECK(report.chosen == Execution{"host.naive", {}});
+  for (const Execution& exec : faulty) {
+    const CandidateReport& c = Find(report, exec);
+    CHECK(c.validation == CandidateValidation::kFailed);
+    CHECK_THAT(c.error, Catch::Contains("exact check"));
+  }
+}
+
+TEST_CASE("the exact check's inputs make every order and precision exact") {
+  const DenseShape shape{.m = 3, .n = 40, .k = 3000};
+  std::vector<Bf16> x(shape.m * shape.k), w(shape.n * shape.k);
+  FillExactCheckBf16(5, kStreamExactX, x.data(), shape.m, shape.k);
+  FillExactCheckBf16(5, kStreamExactW, w.data(), shape.n, shape.k);
+  // The sparse reference is the plain one.
+  CHECK(ReferenceExactCheck(shape, x.data(), w.data()) ==
+        ReferenceDense(shape, x.data(), w.data()));
+  const int64_t period = ExactCheckPeriod(shape.k);
+  CHECK(period == 12);
+  for (int64_t n = 0; n < shape.n; ++n) {
+    int nonzero = 0;
+    for (int64_t k = 0; k < shape.k; ++k) {
+      const float v = Bf16ToFloat(w[n * shape.k + k]);
+      CHECK((k % period == n % period ? std::abs(v) == 1 : v == 0));
+      nonzero += v != 0;
+    }
+    CHECK(nonzero <= kExactCheckMaxTerms);
+  }
+  for (const Bf16 v : x) CHECK(std::abs(Bf16ToFloat(v)) == 1);
+}
+
+TEST_CASE("a correct split-K that reduces partial sums in bf16 passes") {
+  // cuBLASLt may reduce split-K partials in the output type; the tolerance
+  // widens with the partials (Backend::Bf16Partials), the exact check holds.
+  const DenseShape shape{.m = 4, .n = 256, .k = 16384};
+  CHECK(ToleranceFor(shape.k, 64).atol > ToleranceFor(shape.k).atol);
+  CHECK(ToleranceFor(shape.k, 2).atol == ToleranceFor(shape.k).atol);
+  const std::vector<Execution> splits = {
+      {"fault.splitk_bf16", {{"split", 4}}},
+      {"fault.splitk_bf16", {{"split", 16}}},
+      {"fault.splitk_bf16", {{"split", 64}}},
+  };
+  FaultBackend backend;
+  auto workload = backend.Prepare(shape, 3);
+  for (const Execution& exec : splits) {
+    INFO(exec.ToString());
+    const Tolerance tol = ToleranceFor(shape.k, backend.Bf16Partials(exec));
+    const Comparison c =
+        backend.RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+    CHECK(c.mismatches == 0);
+    CHECK(c.max_abs_error > 0);  // it really rounds differently
+    CHECK(backend.RunAndCompareExact(*workload, exec).mismatches == 0);
+  }
+  // And the engine asks the backend for the partials (a smaller shape, so
+  // that the timing fits the test's budget).
+  std::vector<Execution> candidates = {{"host.naive", {}}};
+  candidates.insert(candidates.end(), splits.begin(), splits.end());
+  FaultBackend tuner(candidates);
+  const TuneReport report =
+      TuneDense(tuner, {.m = 1, .n = 64, .k = 16384}, FastOptions());
+  INFO(report.error);
+  REQUIRE(report.ok);
+  for (const Execution& exec : splits) {
+    const CandidateReport& c = Find(report, exec);
+    INFO(exec.ToString() << ": " << c.error);
+    CHECK(c.validation == CandidateValidation::kPassed);
+  }
+}
+
+TEST_CASE("a cancel during long host work ends the job within 0.5 s") {
+  // host.naive's reference and runs at this shape take seconds on this
+  // machine; the flag is looked at every 64 outputs.
+  HostBackend backend;
+  std::atomic<bool> cancel{false};
+  TuneHooks hooks;
+  hooks.cancel = &cancel;
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 30;
+  std::chrono::steady_clock::time_point cancelled_at;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancelled_at = std::chrono::steady_clock::now();
+    cancel = true;
+  });
+  const TuneReport report =
+      TuneDense(backend, {.m = 256, .n = 1024, .k = 4096}, options, hooks);
+  const auto returned = std::chrono::steady_clock::now();
+  canceller.join();
+  CHECK_FALSE(report.ok);
+  CHECK(report.error == "cancelled");
+  CHECK(std::chrono::duration<double>(returned - cancelled_at).count() < 0.5);
 }
 
 }  // namespace

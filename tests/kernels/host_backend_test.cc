@@ -4,6 +4,7 @@
 #include "kernels/host/host_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,7 @@
 #include "kernels/dense.h"
 #include "kernels/engine.h"
 #include "kernels/host/host_kernels.h"
+#include "kernels/reference.h"
 #include "tests/support/catch.h"
 
 // Sanitizer instrumentation defeats vectorisation, so speed comparisons only
@@ -220,6 +222,34 @@ TEST_CASE("host workloads rotate inputs among identical copies") {
   }
   const int first = wl.NextCopy();
   CHECK(wl.NextCopy() == (first + 1) % wl.copies());
+}
+
+}  // namespace
+}  // namespace gputune::kernels
+
+namespace gputune::kernels {
+namespace {
+
+TEST_CASE("every host kernel and the reference stop on the cancel flag") {
+  const DenseShape shape{.m = 8, .n = 512, .k = 256};
+  std::vector<Bf16> x(shape.m * shape.k, 0x3f80), w(shape.n * shape.k, 0x3f80),
+      y(shape.m * shape.n);
+  std::atomic<bool> cancel{true};
+  HostBackend backend;
+  for (const Execution& exec : AllHostExecutions(backend, shape)) {
+    INFO(exec.ToString());
+    CHECK_THROWS_AS(
+        HostKernel(exec).Run(shape, x.data(), w.data(), y.data(), &cancel),
+        CancelledError);
+    // Without the flag set, the same call completes.
+    std::atomic<bool> running{false};
+    CHECK_NOTHROW(
+        HostKernel(exec).Run(shape, x.data(), w.data(), y.data(), &running));
+  }
+  CHECK_THROWS_AS(ReferenceDense(shape, x.data(), w.data(), &cancel),
+                  CancelledError);
+  backend.SetCancel(&cancel);
+  CHECK_THROWS_AS(backend.Prepare(shape, 1), CancelledError);
 }
 
 }  // namespace
