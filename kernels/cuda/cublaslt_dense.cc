@@ -275,6 +275,19 @@ bool CublasLtDense::BuildAlgo(cublasLtHandle_t handle,
   return true;
 }
 
+bool CublasLtDense::PlanFromHeuristic(
+    const cublasLtMatmulHeuristicResult_t& heuristic, LtPlan* plan,
+    std::string* error) const {
+  if (heuristic.state != CUBLAS_STATUS_SUCCESS) {
+    *error = CublasErrorMessage(heuristic.state, "heuristic result");
+    return false;
+  }
+  plan->algo = heuristic.algo;
+  plan->workspace_bytes = heuristic.workspaceSize;
+  plan->min_alignment = MinAlignment(heuristic.algo);
+  return true;
+}
+
 void CublasLtDense::Matmul(cublasLtHandle_t handle,
                            const cublasLtMatmulAlgo_t& algo, const void* x,
                            const void* w, void* y, void* workspace,

@@ -111,6 +111,12 @@ class CublasLtDense {
   bool BuildAlgo(cublasLtHandle_t handle, const LtAlgoConfig& config,
                  LtPlan* plan, std::string* error) const;
 
+  // A plan of a heuristic result as cuBLASLt returned it: its algo, its
+  // workspace and its alignment. Returns false and sets *error when the
+  // result is not usable (state not SUCCESS). Never throws.
+  bool PlanFromHeuristic(const cublasLtMatmulHeuristicResult_t& heuristic,
+                         LtPlan* plan, std::string* error) const;
+
   // Enqueues y = x * W^T on the stream. x, w, y are device pointers to the
   // row-major bf16 tensors; workspace may be null when workspace_bytes is 0.
   // Throws std::runtime_error when cublasLtMatmul refuses.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -164,6 +165,7 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   CheckCuda(cudaEventCreate(&start_), "cudaEventCreate");
   CheckCuda(cudaEventCreate(&stop_), "cudaEventCreate");
   workspace_ = DeviceBuffer(options_.workspace_limit_bytes);
+  scrub_ = DeviceBuffer(2 * l2_bytes_);
 }
 
 CudaBackend::~CudaBackend() {
@@ -232,14 +234,51 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   UseShape(shape);
   const uint64_t limit = workspace_.size();
 
+  notes_.clear();
+  rebuilds_.clear();
   std::vector<Execution> lt;
-  for (const auto& h : problem_->Heuristics(lt_, options_.heuristic_candidates,
-                                            limit, kAlignment)) {
+  const auto heuristics = problem_->Heuristics(
+      lt_, options_.heuristic_candidates, limit, kAlignment);
+  for (size_t i = 0; i < heuristics.size(); ++i) {
+    const cublasLtMatmulHeuristicResult_t& h = heuristics[i];
     Execution exec = ToExecution(ReadAlgoConfig(h.algo), h.workspaceSize);
     // Offer only what a client can rebuild from the params alone, with the
     // workspace the rebuilt algo needs.
+    HeuristicRebuild rebuild;
+    rebuild.index = static_cast<int>(i);
+    rebuild.heuristic = h.algo;
     std::string error;
     auto plan = DensePlan::Make(lt_, problem_, exec, &error);
+    rebuild.rebuilt = plan != nullptr;
+    rebuild.error = error;
+    const std::string name = "cuBLASLt heuristic #" + std::to_string(i) +
+                             (i == 0 ? " (the default)" : "");
+    if (plan != nullptr) {
+      rebuild.rebuilt_algo = plan->lt_algo();
+      rebuild.identical = std::memcmp(&rebuild.rebuilt_algo, &h.algo,
+                                      sizeof(cublasLtMatmulAlgo_t)) == 0;
+      if (!rebuild.identical) {
+        notes_.push_back(name + " " + exec.ToString() +
+                         ": the algo rebuilt from its config differs from the "
+                         "heuristic's in its bytes; measured as rebuilt, as a "
+                         "client replays it");
+      }
+    } else if (i == 0) {
+      // The default stays cuBLASLt's #0: timed as the heuristic returned it.
+      // A client that cannot rebuild it falls back to the same algo.
+      plan = DensePlan::FromHeuristic(problem_, h, &error);
+      notes_.push_back(
+          name + " " + exec.ToString() +
+          " cannot be rebuilt from its config (" + rebuild.error +
+          "): it stays the default, timed as the heuristic returned it; a "
+          "client that cannot rebuild it runs cuBLASLt's default, the same "
+          "algo");
+    } else {
+      notes_.push_back(name + " " + exec.ToString() +
+                       " left out: it cannot be rebuilt from its config (" +
+                       rebuild.error + ")");
+    }
+    rebuilds_.push_back(rebuild);
     if (plan == nullptr) continue;
     exec.workspace_bytes =
         std::max(exec.workspace_bytes, plan->workspace_bytes());
@@ -304,6 +343,13 @@ std::unique_ptr<Workload> CudaBackend::Prepare(const DenseShape& shape,
   w->compare_scratch_ = DeviceBuffer(kCompareScratchBytes);
   DeviceReferenceDense(shape, w->x(), w->w(),
                        static_cast<float*>(w->reference_.get()), stream_);
+  w->exact_pool_ = DeviceBuffer(x_bytes + w_bytes);
+  auto* exact = static_cast<char*>(w->exact_pool_.get());
+  w->exact_ = {exact, exact + x_bytes, w->sets_[0].y};
+  DeviceFillExactCheckInputs(shape, w->exact_.x, w->exact_.w, seed, stream_);
+  w->exact_reference_ = DeviceBuffer(shape.m * shape.n * sizeof(float));
+  DeviceReferenceDense(shape, w->exact_.x, w->exact_.w,
+                       static_cast<float*>(w->exact_reference_.get()), stream_);
   CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   return w;
 }
@@ -340,6 +386,31 @@ Comparison CudaBackend::RunAndCompare(Workload& workload, const Execution& exec,
                                     w.compare_scratch_.get(), stream_);
 }
 
+Comparison CudaBackend::RunAndCompareExact(Workload& workload,
+                                           const Execution& exec) {
+  Activate();
+  CudaWorkload& w = AsCuda(workload);
+  UseShape(w.shape());
+  const int64_t count = w.shape().m * w.shape().n;
+  CheckCuda(cudaMemsetAsync(w.exact_.y, 0xFF, count * 2, stream_),
+            "cudaMemsetAsync");
+  Launch(Resolve(exec), w.shape(), w.exact_);
+  return DeviceCompareWithReference(w.exact_.y, w.exact_reference(), count, 0,
+                                    0, w.compare_scratch_.get(), stream_);
+}
+
+int CudaBackend::Bf16Partials(const Execution& exec) const {
+  if (exec.kernel != kCublasLtKernel) return 1;
+  LtAlgoConfig config;
+  std::string error;
+  if (!LtAlgoConfigFromExecution(exec, &config, &error)) return 1;
+  if (config.splitk <= 1 ||
+      config.reduction_scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
+    return 1;
+  }
+  return config.splitk;
+}
+
 double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
                                int reps) {
   Activate();
@@ -352,6 +423,12 @@ double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
   // start event already completed), the sample may contain launch gaps and is
   // taken again with a longer delay.
   for (int attempt = 0;; ++attempt) {
+    if (options_.scrub_l2) {
+      // Outside the timed region: before the delay and the start event.
+      CheckCuda(
+          cudaMemsetAsync(scrub_.get(), attempt & 0xff, scrub_.size(), stream_),
+          "cudaMemsetAsync(L2 scrub)");
+    }
     const double delay = std::min(
         kMaxDelaySeconds, 20e-6 + 2.0 * reps * enqueue_seconds_per_launch_);
     DelayStream(stream_, static_cast<uint64_t>(delay * 1e9));
@@ -365,6 +442,10 @@ double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
         std::chrono::duration<double>(Clock::now() - t0).count();
     CheckCuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
     const cudaError_t started = cudaEventQuery(start_);
+    // Not ready is the normal case (the delay still holds the stream), but
+    // the runtime records it as the last error: clear it here, where it is
+    // produced, or the next launch check would read it.
+    if (started == cudaErrorNotReady) ClearLastErrorIf(cudaErrorNotReady);
     if (started != cudaSuccess && started != cudaErrorNotReady) {
       CheckCuda(started, "cudaEventQuery");
     }

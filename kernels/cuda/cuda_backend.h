@@ -11,14 +11,26 @@
 // (M <= 16) parameterisations of gputune's own split-K GEMV. Each is an
 // Execution complete enough to replay with DenseRunner in another process.
 //
-// Timing: every sample is preceded by a device-side delay so the reps run back
-// to back without host launch gaps (stream_delay.h), and each rep reads its own
-// copy of x and W from a rotation of input sets whose combined size exceeds
-// twice the L2 cache, so weights are read from HBM as they are in a real
-// model, where the other layers' weights evicted them. Rotation was chosen over
-// flushing L2 between samples because a sample is many reps: a flush would
-// make only the first rep cold, and decode weights (32 MiB for 4096 x 4096)
-// fit in the H100/H200's 50 MiB L2.
+// Timing: every sample is preceded by an L2 scrub and a device-side delay, both
+// outside the timed region. The scrub writes a scratch buffer of twice the L2
+// size, so nothing an earlier candidate, sample or input fill left in L2
+// survives into the sample: gputune's GEMV streams W with evict-first loads,
+// which leave normal-priority lines in place, so without the scrub about a
+// third of a 4096 x 4096 W (32 MiB, in a 50-60 MiB L2) would hit in L2 and
+// the GEMV would look 10-25 % faster than in a model. Within a sample, each
+// rep reads its own copy of x and W from a rotation of input sets whose
+// combined size exceeds twice the L2, so every rep reads weights from HBM as
+// a real model does, where the other layers' weights evicted them. The delay
+// lets the host enqueue all reps while the GPU waits, so they run back to back
+// without launch gaps (stream_delay.h). scrub_l2 = false (the bench's A/B)
+// skips the scrub.
+//
+// Candidates: every heuristic algo is rebuilt from its config, as a client
+// replaying an entry rebuilds it, and the rebuilt algo is compared with the
+// heuristic's byte for byte (heuristic_rebuilds()). One that cannot be
+// rebuilt is left out, except the heuristic's #0, which stays the default
+// (timed as cuBLASLt returned it): the default never silently becomes #1.
+// Either is said in CandidateNotes(), which the entry and the log carry.
 //
 // Thread safety: not thread-safe (Backend's contract); any one thread at a
 // time may call it, and each call makes the backend's device current on that
@@ -74,6 +86,20 @@ struct CudaBackendOptions {
   // Appended after the built-in candidates, one Execution (no params) each.
   // Empty in production.
   std::vector<ExtraKernel> extra_kernels;
+  // Scrub L2 before every timed sample (see above). Off only to measure what
+  // the scrub changes.
+  bool scrub_l2 = true;
+};
+
+// How one heuristic algo of the last Candidates() call came back from its
+// config (CudaBackend::heuristic_rebuilds).
+struct HeuristicRebuild {
+  int index = 0;           // position in cuBLASLt's heuristic list
+  bool rebuilt = false;    // BuildAlgo succeeded
+  bool identical = false;  // the rebuilt algo's bytes equal the heuristic's
+  std::string error;       // why the rebuild failed
+  cublasLtMatmulAlgo_t heuristic{};
+  cublasLtMatmulAlgo_t rebuilt_algo{};
 };
 
 // The buffers of one prepared shape. Set 0 is what RunAndCompare runs on and
@@ -93,6 +119,12 @@ class CudaWorkload final : public Workload {
   }
   // Input sets TimeSample rotates through.
   int rotation_sets() const { return static_cast<int>(sets_.size()); }
+  // The exact-check inputs and their (exact) reference.
+  const void* exact_x() const { return exact_.x; }
+  const void* exact_w() const { return exact_.w; }
+  const float* exact_reference() const {
+    return static_cast<const float*>(exact_reference_.get());
+  }
 
  private:
   friend class CudaBackend;
@@ -108,6 +140,9 @@ class CudaWorkload final : public Workload {
   DeviceBuffer pool_;  // every set's x, W and y
   DeviceBuffer reference_;
   DeviceBuffer compare_scratch_;
+  DeviceBuffer exact_pool_;  // the exact check's x and W
+  DeviceBuffer exact_reference_;
+  Set exact_{};  // y is set 0's
   std::vector<Set> sets_;
   size_t next_set_ = 0;
 };
@@ -136,6 +171,12 @@ class CudaBackend final : public Backend {
                                     uint64_t seed) override;
   Comparison RunAndCompare(Workload& workload, const Execution& exec,
                            double atol, double rtol) override;
+  Comparison RunAndCompareExact(Workload& workload,
+                                const Execution& exec) override;
+  // A cuBLASLt split-K that does not reduce in the fp32 compute type rounds
+  // its splitk partials to bf16; everything else accumulates in fp32.
+  int Bf16Partials(const Execution& exec) const override;
+  std::vector<std::string> CandidateNotes() const override { return notes_; }
   double TimeSample(Workload& workload, const Execution& exec,
                     int reps) override;
   // A sticky error of the device's context (cudaDeviceSynchronize), if any.
@@ -143,6 +184,12 @@ class CudaBackend final : public Backend {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // Every heuristic result of the last Candidates() call and its rebuild.
+  const std::vector<HeuristicRebuild>& heuristic_rebuilds() const {
+    return rebuilds_;
+  }
+  void set_scrub_l2(bool scrub) { options_.scrub_l2 = scrub; }
+  bool scrub_l2() const { return options_.scrub_l2; }
   int sm_count() const { return sm_count_; }
   uint64_t l2_bytes() const { return l2_bytes_; }
 
@@ -177,10 +224,13 @@ class CudaBackend final : public Backend {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   DeviceBuffer workspace_;
+  DeviceBuffer scrub_;  // 2 x L2, written before every timed sample
 
   // Per-shape caches, valid for problem_->shape().
   std::shared_ptr<const CublasLtDense> problem_;
   std::map<std::string, std::unique_ptr<DensePlan>> plans_;  // by exec key
+  std::vector<std::string> notes_;  // of the last Candidates()
+  std::vector<HeuristicRebuild> rebuilds_;
   // Host time to enqueue one launch, learnt from earlier samples; sizes the
   // delay that keeps the GPU waiting until all reps are enqueued.
   double enqueue_seconds_per_launch_ = 20e-6;

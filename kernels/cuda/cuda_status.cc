@@ -15,6 +15,8 @@ std::string CublasErrorMessage(cublasStatus_t status, const char* call) {
 
 void CheckCuda(cudaError_t status, const char* call) {
   if (status != cudaSuccess) {
+    // Handled here, so it must not linger for someone else's check.
+    ClearLastErrorIf(status);
     throw std::runtime_error(CudaErrorMessage(status, call));
   }
 }
@@ -25,11 +27,16 @@ void CheckCublas(cublasStatus_t status, const char* call) {
   }
 }
 
-void CheckLaunch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("launch of ") + kernel + ": " +
-                             cudaGetErrorString(status));
+void CheckLaunch(cudaError_t launch_status, const char* kernel) {
+  if (launch_status == cudaSuccess) return;
+  ClearLastErrorIf(launch_status);
+  throw std::runtime_error(std::string("launch of ") + kernel + ": " +
+                           cudaGetErrorString(launch_status));
+}
+
+void ClearLastErrorIf(cudaError_t expected) {
+  if (expected != cudaSuccess && cudaPeekAtLastError() == expected) {
+    (void)cudaGetLastError();
   }
 }
 

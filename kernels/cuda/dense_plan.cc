@@ -45,6 +45,19 @@ std::unique_ptr<DensePlan> DensePlan::Make(
   return nullptr;
 }
 
+std::unique_ptr<DensePlan> DensePlan::FromHeuristic(
+    std::shared_ptr<const CublasLtDense> problem,
+    const cublasLtMatmulHeuristicResult_t& heuristic, std::string* error) {
+  std::unique_ptr<DensePlan> plan(
+      new DensePlan(std::move(problem), Family::kCublasLt));
+  if (!plan->problem_->PlanFromHeuristic(heuristic, &plan->lt_, error)) {
+    return nullptr;
+  }
+  plan->workspace_bytes_ = plan->lt_.workspace_bytes;
+  plan->min_alignment_ = plan->lt_.min_alignment;
+  return plan;
+}
+
 std::string DensePlan::CannotLaunch(const void* x, const void* w, const void* y,
                                     uint64_t workspace_bytes) const {
   if (workspace_bytes < workspace_bytes_) {

@@ -28,7 +28,16 @@ class DensePlan {
       cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
       const Execution& execution, std::string* error);
 
+  // cuBLASLt's own heuristic result, as it returned it (no rebuild from a
+  // config): what cuBLASLt runs untuned, the default. Returns nullptr and
+  // sets *error when the algo's capabilities cannot be read. Never throws.
+  static std::unique_ptr<DensePlan> FromHeuristic(
+      std::shared_ptr<const CublasLtDense> problem,
+      const cublasLtMatmulHeuristicResult_t& heuristic, std::string* error);
+
   const DenseShape& shape() const { return problem_->shape(); }
+  // The cuBLASLt algo (kCublasLt plans only).
+  const cublasLtMatmulAlgo_t& lt_algo() const { return lt_.algo; }
   // Workspace bytes a launch needs.
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   // Alignment in bytes that x, w and y must have.

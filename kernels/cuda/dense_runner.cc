@@ -83,9 +83,11 @@ DenseRunner::Resolved& DenseRunner::ResolveDefault(ShapeCache& cache,
                        " workspace bytes and " + std::to_string(alignment) +
                        "-byte alignment";
     } else {
-      const Execution def = ToExecution(ReadAlgoConfig(heuristics[0].algo),
-                                        heuristics[0].workspaceSize);
-      resolved.plan = DensePlan::Make(lt_, cache.problem, def, &resolved.error);
+      // The algo as the heuristic returned it, not rebuilt from its config:
+      // the default is what cuBLASLt runs untuned, even when its config
+      // cannot be rebuilt (CudaBackend then says so in the entry).
+      resolved.plan = DensePlan::FromHeuristic(cache.problem, heuristics[0],
+                                               &resolved.error);
     }
   } catch (const std::exception& e) {
     resolved.error = e.what();

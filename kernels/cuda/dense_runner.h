@@ -16,7 +16,11 @@
 // run here (unknown kernel, bad params, the algo check fails, the workspace is
 // too small, pointers too little aligned, the launch is refused) the runner
 // runs the default instead, cuBLASLt's first heuristic result for the given
-// workspace and alignment, and reports that it fell back. Resolved plans are
+// workspace and alignment (its algo as returned, never rebuilt from a config,
+// so the default runs even where its config cannot be rebuilt), and reports
+// that it fell back. Launch errors are read from each launch's own result:
+// an error the application left pending is neither reported as the
+// runner's nor cleared (cuda_status.h, CheckLaunch). Resolved plans are
 // cached per shape and execution, so repeated calls do no cuBLASLt queries and
 // no allocation.
 //

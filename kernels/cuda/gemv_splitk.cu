@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/execution_params.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace gputune::kernels {
 namespace {
@@ -351,18 +352,19 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                   static_cast<unsigned>(CeilDiv(shape.m, params.m_tile)));
   const dim3 block(static_cast<unsigned>(params.warps * 32));
   float* partial = split ? static_cast<float*>(workspace) : nullptr;
-  kernel<<<grid, block, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(x),
-      static_cast<const __nv_bfloat16*>(w), static_cast<__nv_bfloat16*>(y),
-      partial, shape.m, shape.n, shape.k, KChunk(params, shape));
-  CheckLaunch("GemvSplitKKernel");
+  LaunchKernel("GemvSplitKKernel", grid, block, stream, kernel,
+               static_cast<const __nv_bfloat16*>(x),
+               static_cast<const __nv_bfloat16*>(w),
+               static_cast<__nv_bfloat16*>(y), partial, shape.m, shape.n,
+               shape.k, KChunk(params, shape));
   if (split) {
     const int64_t count = shape.m * shape.n;
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>(CeilDiv(count, threads), 65535);
-    SplitKReduceKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        partial, static_cast<__nv_bfloat16*>(y), count, params.split_k);
-    CheckLaunch("SplitKReduceKernel");
+    LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
+                 dim3(threads), stream, &SplitKReduceKernel,
+                 static_cast<const float*>(partial),
+                 static_cast<__nv_bfloat16*>(y), count, params.split_k);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reference.h"
 
 namespace gputune::kernels {
@@ -18,6 +19,16 @@ __global__ void FillUniformKernel(Bf16* __restrict__ out, int64_t count,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = UniformBf16(seed, stream, static_cast<uint64_t>(i));
+  }
+}
+
+// The exact-check matrices (bf16.h), element by element as on the host.
+__global__ void FillExactCheckKernel(Bf16* __restrict__ out, int64_t count,
+                                     uint64_t seed, uint64_t stream,
+                                     int64_t k) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = ExactCheckBf16(seed, stream, static_cast<uint64_t>(i), k);
   }
 }
 
@@ -126,22 +137,34 @@ void DeviceFillDenseInputs(const DenseShape& shape, void* x, void* w,
                            uint64_t seed, cudaStream_t stream) {
   const int64_t x_count = shape.m * shape.k;
   const int64_t w_count = shape.n * shape.k;
-  FillUniformKernel<<<GridFor(x_count), kThreads, 0, stream>>>(
-      static_cast<Bf16*>(x), x_count, seed, kStreamX);
-  CheckLaunch("FillUniformKernel(x)");
-  FillUniformKernel<<<GridFor(w_count), kThreads, 0, stream>>>(
-      static_cast<Bf16*>(w), w_count, seed, kStreamW);
-  CheckLaunch("FillUniformKernel(W)");
+  LaunchKernel("FillUniformKernel(x)", dim3(GridFor(x_count)), dim3(kThreads),
+               stream, &FillUniformKernel, static_cast<Bf16*>(x), x_count, seed,
+               kStreamX);
+  LaunchKernel("FillUniformKernel(W)", dim3(GridFor(w_count)), dim3(kThreads),
+               stream, &FillUniformKernel, static_cast<Bf16*>(w), w_count, seed,
+               kStreamW);
+}
+
+void DeviceFillExactCheckInputs(const DenseShape& shape, void* x, void* w,
+                                uint64_t seed, cudaStream_t stream) {
+  const int64_t x_count = shape.m * shape.k;
+  const int64_t w_count = shape.n * shape.k;
+  LaunchKernel("FillExactCheckKernel(x)", dim3(GridFor(x_count)),
+               dim3(kThreads), stream, &FillExactCheckKernel,
+               static_cast<Bf16*>(x), x_count, seed, kStreamExactX, shape.k);
+  LaunchKernel("FillExactCheckKernel(W)", dim3(GridFor(w_count)),
+               dim3(kThreads), stream, &FillExactCheckKernel,
+               static_cast<Bf16*>(w), w_count, seed, kStreamExactW, shape.k);
 }
 
 void DeviceReferenceDense(const DenseShape& shape, const void* x, const void* w,
                           float* ref, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((shape.n + kTile - 1) / kTile),
                   static_cast<unsigned>((shape.m + kTile - 1) / kTile));
-  ReferenceKernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(x),
-      static_cast<const __nv_bfloat16*>(w), ref, shape.m, shape.n, shape.k);
-  CheckLaunch("ReferenceKernel");
+  LaunchKernel("ReferenceKernel", grid, dim3(kThreads), stream,
+               &ReferenceKernel, static_cast<const __nv_bfloat16*>(x),
+               static_cast<const __nv_bfloat16*>(w), ref, shape.m, shape.n,
+               shape.k);
 }
 
 Comparison DeviceCompareWithReference(const void* y, const float* ref,
@@ -150,10 +173,9 @@ Comparison DeviceCompareWithReference(const void* y, const float* ref,
   auto* counters = static_cast<CompareCounters*>(scratch);
   CheckCuda(cudaMemsetAsync(counters, 0, sizeof(CompareCounters), stream),
             "cudaMemsetAsync");
-  CompareKernel<<<GridFor(count), kThreads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(y), ref, count,
-      static_cast<float>(atol), static_cast<float>(rtol), counters);
-  CheckLaunch("CompareKernel");
+  LaunchKernel("CompareKernel", dim3(GridFor(count)), dim3(kThreads), stream,
+               &CompareKernel, static_cast<const __nv_bfloat16*>(y), ref, count,
+               static_cast<float>(atol), static_cast<float>(rtol), counters);
   CompareCounters host{};
   CheckCuda(cudaMemcpyAsync(&host, counters, sizeof(host),
                             cudaMemcpyDeviceToHost, stream),

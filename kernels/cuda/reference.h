@@ -23,6 +23,13 @@ namespace gputune::kernels {
 void DeviceFillDenseInputs(const DenseShape& shape, void* x, void* w,
                            uint64_t seed, cudaStream_t stream);
 
+// Fills x[M,K] and W[N,K] on the device with the exact-check inputs
+// (ExactCheckBf16, bf16.h), exactly as FillExactCheckBf16 does on the host.
+// Their reference (DeviceReferenceDense) is exact: every partial sum is an
+// integer in [-256, 256]. Throws std::runtime_error on a failed launch.
+void DeviceFillExactCheckInputs(const DenseShape& shape, void* x, void* w,
+                                uint64_t seed, cudaStream_t stream);
+
 // ref[M,N] = x * W^T from the bf16 inputs with fp32 products and fp32
 // accumulation in K order, by a plain tiled kernel. Enqueued on the stream.
 void DeviceReferenceDense(const DenseShape& shape, const void* x, const void* w,

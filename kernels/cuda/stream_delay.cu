@@ -1,6 +1,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/stream_delay.h"
 
 namespace gputune::kernels {
@@ -20,8 +21,8 @@ __global__ void DelayKernel(uint64_t nanoseconds) {
 }  // namespace
 
 void DelayStream(cudaStream_t stream, uint64_t nanoseconds) {
-  DelayKernel<<<1, 1, 0, stream>>>(nanoseconds);
-  CheckLaunch("DelayKernel");
+  LaunchKernel("DelayKernel", dim3(1), dim3(1), stream, &DelayKernel,
+               nanoseconds);
 }
 
 }  // namespace gputune::kernels

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/dense_runner.h"
 #include "kernels/cuda/gemv_splitk.h"
 #include "kernels/dense.h"
@@ -128,17 +130,124 @@ TEST_CASE("every candidate validates on the shape table") {
     const auto candidates = backend->Candidates(shape, 32);
     REQUIRE_FALSE(candidates.empty());
     auto workload = backend->Prepare(shape, 0x5eed);
-    const Tolerance tol = ToleranceFor(shape.k);
     for (const Execution& exec : candidates) {
       INFO(exec.ToString());
+      const Tolerance tol = ToleranceFor(shape.k, backend->Bf16Partials(exec));
       const Comparison c =
           backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol);
       CHECK(c.non_finite == 0);
       CHECK(c.mismatches == 0);
+      // Exact on the integer inputs: split-K algos included, whatever they
+      // reduce in.
+      const Comparison exact = backend->RunAndCompareExact(*workload, exec);
+      CHECK(exact.non_finite == 0);
+      CHECK(exact.mismatches == 0);
       // Timing goes through the same launch path with rotated inputs.
       CHECK(backend->TimeSample(*workload, exec, 3) > 0);
     }
   }
+}
+
+std::string Hex(const cublasLtMatmulAlgo_t& algo) {
+  std::string out;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&algo);
+  for (size_t i = 0; i < sizeof(algo); ++i) {
+    char buf[4];
+    std::snprintf(buf, sizeof(buf), "%02x", bytes[i]);
+    out += buf;
+  }
+  return out;
+}
+
+TEST_CASE(
+    "every heuristic algo rebuilds from its config, byte for byte, and "
+    "heuristic #0 stays the default") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  int mismatches = 0;
+  for (const DenseShape& shape : ShapeTable()) {
+    INFO(ShapeName(shape));
+    const auto candidates = backend->Candidates(shape, 32);
+    const auto& rebuilds = backend->heuristic_rebuilds();
+    REQUIRE_FALSE(rebuilds.empty());
+    // The first candidate is heuristic #0's config, rebuilt or not.
+    CHECK(candidates.front() ==
+          ToExecution(ReadAlgoConfig(rebuilds.front().heuristic),
+                      candidates.front().workspace_bytes));
+    for (const HeuristicRebuild& r : rebuilds) {
+      INFO("heuristic #" << r.index << ": " << r.error);
+      CHECK(r.rebuilt);
+      if (r.rebuilt && !r.identical) {
+        ++mismatches;
+        WARN(ShapeName(shape)
+             << " heuristic #" << r.index
+             << " differs when rebuilt:\n  heuristic " << Hex(r.heuristic)
+             << "\n  rebuilt   " << Hex(r.rebuilt_algo));
+      }
+      CHECK(r.identical);
+    }
+    for (const std::string& note : backend->CandidateNotes()) WARN(note);
+  }
+  WARN(mismatches << " rebuilt algo(s) differ from the heuristic's bytes");
+}
+
+TEST_CASE(
+    "timing leaves no error behind, so every candidate takes all its "
+    "samples") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  const DenseShape shape{.m = 1, .n = 4096, .k = 4096};
+  auto workload = backend->Prepare(shape, 3);
+  for (const Execution& exec : backend->Candidates(shape, 8)) {
+    INFO(exec.ToString());
+    for (int i = 0; i < 3; ++i) {
+      CHECK(backend->TimeSample(*workload, exec, 2) > 0);
+      // cudaEventQuery's cudaErrorNotReady must not be left pending.
+      CHECK(cudaPeekAtLastError() == cudaSuccess);
+    }
+  }
+  TuneOptions tune;
+  tune.budget_seconds = 0.5;
+  const TuneReport report = TuneDense(*backend, shape, tune);
+  INFO(report.error);
+  REQUIRE(report.ok);
+  for (const CandidateReport& c : report.candidates) {
+    INFO(c.execution.ToString() << ": " << c.error);
+    CHECK(c.error.find("timing failed") == std::string::npos);
+    if (c.validation == CandidateValidation::kPassed &&
+        c.error.find("cut by budget") == std::string::npos) {
+      CHECK(c.samples >= static_cast<uint32_t>(tune.min_samples));
+    }
+  }
+}
+
+TEST_CASE("the L2 scrub keeps W from being served out of L2") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  // 32 MiB of W: fits the H100/H200 L2, so without the scrub part of it can.
+  const DenseShape shape{.m = 1, .n = 4096, .k = 4096};
+  auto workload = backend->Prepare(shape, 3);
+  const Execution gemv = ToExecution(GemvSplitKParams{}, shape);
+  const Execution lt = backend->Candidates(shape, 1).front();
+  auto median = [&](bool scrub) {
+    backend->set_scrub_l2(scrub);
+    std::vector<double> samples;
+    for (int i = 0; i < 15; ++i) {
+      backend->TimeSample(*workload, lt, 1);  // normal-priority W lines
+      samples.push_back(backend->TimeSample(*workload, gemv, 4));
+    }
+    std::sort(samples.begin(), samples.end());
+    return samples[samples.size() / 2];
+  };
+  const double scrubbed = median(true);
+  const double unscrubbed = median(false);
+  backend->set_scrub_l2(true);
+  WARN("GEMV 4096x4096: " << scrubbed * 1e6 << " us with the scrub, "
+                          << unscrubbed * 1e6 << " us without");
+  // The scrub can only take L2 hits away.
+  CHECK(scrubbed >= unscrubbed * 0.97);
+  // Weight bytes over time: never above the HBM's ~4.8 TB/s with the scrub.
+  CHECK(2.0 * shape.n * shape.k / scrubbed < 5.5e12);
 }
 
 // A test-only kernel family: runs the default correctly, then overwrites one

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_splitk.h"
 #include "kernels/dense.h"
 #include "tests/gpu/gpu_test_support.h"
@@ -47,6 +48,52 @@ TEST_CASE(
     CHECK(error.find(device) != std::string::npos);
   }
   CHECK(error.find("no CUDA device has UUID") != std::string::npos);
+}
+
+// A pending error that belongs to someone else (the application, or an
+// earlier handled failure): a device ordinal that cannot exist fails with or
+// without a device, and the runtime records the failure as its last error.
+cudaError_t LeaveAPendingError() {
+  const cudaError_t status = cudaSetDevice(1 << 20);
+  REQUIRE(status != cudaSuccess);
+  REQUIRE(cudaPeekAtLastError() == status);
+  return status;
+}
+
+TEST_CASE(
+    "a launch check reads the launch's own result and leaves the caller's "
+    "pending error alone") {
+  const cudaError_t pending = LeaveAPendingError();
+  // A launch that succeeded is not failed by the earlier error...
+  CHECK_NOTHROW(CheckLaunch(cudaSuccess, "Kernel"));
+  // ...and does not take it from its owner.
+  CHECK(cudaPeekAtLastError() == pending);
+  // A launch that failed reports its own error.
+  CHECK_THROWS_WITH(CheckLaunch(cudaErrorInvalidConfiguration, "Kernel"),
+                    std::string("launch of Kernel: ") +
+                        cudaGetErrorString(cudaErrorInvalidConfiguration));
+  (void)cudaGetLastError();
+}
+
+TEST_CASE("a status cleared where it is produced clears only that status") {
+  // Without a driver every runtime call, cudaPeekAtLastError included, fails
+  // anew, so an error can be seen to stay but not to go.
+  const bool runtime_works = HasCudaDevice();
+  const cudaError_t pending = LeaveAPendingError();
+  // cudaEventQuery's cudaErrorNotReady is cleared only when it is the last
+  // error: someone else's error stays.
+  ClearLastErrorIf(cudaErrorNotReady);
+  CHECK(cudaPeekAtLastError() == pending);
+  if (!runtime_works) {
+    WARN("without a device only the half that keeps an error is checked");
+    return;
+  }
+  ClearLastErrorIf(pending);
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+  // A failure CheckCuda handled (it threw) does not linger either.
+  const cudaError_t again = cudaSetDevice(1 << 20);
+  CHECK_THROWS(CheckCuda(again, "cudaSetDevice"));
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
 }
 
 TEST_CASE(
