@@ -43,6 +43,9 @@ v1::Entry EntryFromReport(const v1::Key& key, const kernels::TuneReport& report,
     m->set_error(c.error);
     *m->mutable_median() = SecondsToProto(c.median_seconds);
     *m->mutable_spread() = SecondsToProto(c.spread_seconds);
+    *m->mutable_p20() = SecondsToProto(c.p20_seconds);
+    *m->mutable_p80() = SecondsToProto(c.p80_seconds);
+    m->set_dispersion(c.dispersion);
     m->set_samples(c.samples);
     m->set_is_default(c.is_default);
     m->set_chosen(c.chosen);
@@ -56,6 +59,8 @@ v1::Entry EntryFromReport(const v1::Key& key, const kernels::TuneReport& report,
   *entry.mutable_measured_at() = ToProto(now);
   *entry.mutable_fingerprint() = gputune::ToProto(fingerprint);
   entry.set_recorded_by(kDaemonHolder);
+  entry.set_reason(report.reason);
+  for (const std::string& note : report.notes) entry.add_notes(note);
   return entry;
 }
 
@@ -403,8 +408,8 @@ void JobQueue::Run(Job& job) {
           ticket->key, report, backend_->GetFingerprint(), clock_->Now());
       if (absl::Status s = store_->Put(entry); s.ok()) {
         arbiter_->CommitRecord(*ticket, entry);
-        spdlog::info("tuned {}: {} ({:.2f}x over the default)", key_text,
-                     report.chosen.ToString(), entry.speedup());
+        spdlog::info("tuned {}: {} ({:.2f}x over the default): {}", key_text,
+                     report.chosen.ToString(), entry.speedup(), report.reason);
         result = arbiter_->Lookup(job.key);
       } else {
         arbiter_->CancelRecord(*ticket);

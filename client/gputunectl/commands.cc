@@ -92,6 +92,8 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   about.AddRow({"chosen time", ShortDuration(e.chosen_time())});
   about.AddRow({"default time", ShortDuration(e.default_time())});
   about.AddRow({"speedup", ShortSpeedup(e.speedup())});
+  about.AddRow({"reason", e.reason().empty() ? "-" : e.reason()});
+  for (const std::string& note : e.notes()) about.AddRow({"note", note});
   about.AddRow({"source", SourceName(e.source())});
   about.AddRow({"measured at", ShortTime(e.measured_at()) + " UTC"});
   about.AddRow(
@@ -115,9 +117,9 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
     return;
   }
   ctx.out << "\n";
-  Table m({"#", "KERNEL", "PARAMS", "VALID", "MAX_ERR", "MEDIAN", "SPREAD",
-           "SAMPLES", "NOTE"});
-  for (size_t c : {0, 4, 5, 6, 7}) m.AlignRight(c);
+  Table m({"#", "KERNEL", "PARAMS", "VALID", "MAX_ERR", "P20", "MEDIAN", "P80",
+           "DISP", "SPREAD", "SAMPLES", "NOTE"});
+  for (size_t c : {0, 4, 5, 6, 7, 8, 9, 10}) m.AlignRight(c);
   for (int i = 0; i < e.measurements_size(); ++i) {
     const v1::CandidateMeasurement& c = e.measurements(i);
     std::string note;
@@ -129,8 +131,11 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
     m.AddRow({absl::StrCat(i), c.execution().kernel(),
               ShortParams(c.execution()), valid,
               absl::StrFormat("%.3g", c.max_abs_error()),
-              ShortDuration(c.median()), ShortDuration(c.spread()),
-              absl::StrCat(c.samples()), note});
+              ShortDuration(c.p20()), ShortDuration(c.median()),
+              ShortDuration(c.p80()),
+              c.samples() > 0 ? absl::StrFormat("%.1f%%", 100 * c.dispersion())
+                              : "-",
+              ShortDuration(c.spread()), absl::StrCat(c.samples()), note});
   }
   m.Print(ctx.out);
 }

@@ -81,6 +81,22 @@ uint64_t PhysicalMemoryBytes() {
              : 0;
 }
 
+// Elements generated between two looks at the cancel flag.
+constexpr size_t kFillCancelStride = size_t{1} << 16;
+
+// out[i] = element(i) for i < count, throwing CancelledError once cancel
+// (when not null) is set: the inputs of the largest shapes take seconds.
+template <typename Element>
+void Fill(Bf16* out, size_t count, const std::atomic<bool>* cancel,
+          Element element) {
+  for (size_t i = 0; i < count; ++i) {
+    if (i % kFillCancelStride == 0 && cancel != nullptr && cancel->load()) {
+      throw CancelledError();
+    }
+    out[i] = element(i);
+  }
+}
+
 uint32_t HardwareThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
@@ -99,8 +115,11 @@ HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
   x_.resize(x_size * copies);
   w_.resize(w_size * copies);
   y_.resize(static_cast<size_t>(shape.m * shape.n));
-  FillUniformBf16(seed, kStreamX, x_.data(), x_size);
-  FillUniformBf16(seed, kStreamW, w_.data(), w_size);
+  // FillUniformBf16's values, with looks at the cancel flag.
+  Fill(x_.data(), x_size, cancel,
+       [&](size_t i) { return UniformBf16(seed, kStreamX, i); });
+  Fill(w_.data(), w_size, cancel,
+       [&](size_t i) { return UniformBf16(seed, kStreamW, i); });
   for (int c = 1; c < copies; ++c) {
     std::copy_n(x_.begin(), x_size, x_.begin() + c * x_size);
     std::copy_n(w_.begin(), w_size, w_.begin() + c * w_size);
@@ -108,8 +127,13 @@ HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
   reference_ = ReferenceDense(shape, x_.data(), w_.data(), cancel);
   exact_x_.resize(x_size);
   exact_w_.resize(w_size);
-  FillExactCheckBf16(seed, kStreamExactX, exact_x_.data(), shape.m, shape.k);
-  FillExactCheckBf16(seed, kStreamExactW, exact_w_.data(), shape.n, shape.k);
+  // FillExactCheckBf16's values, with looks at the cancel flag.
+  Fill(exact_x_.data(), x_size, cancel, [&](size_t i) {
+    return ExactCheckBf16(seed, kStreamExactX, i, shape.k);
+  });
+  Fill(exact_w_.data(), w_size, cancel, [&](size_t i) {
+    return ExactCheckBf16(seed, kStreamExactW, i, shape.k);
+  });
   exact_reference_ =
       ReferenceExactCheck(shape, exact_x_.data(), exact_w_.data(), cancel);
 }

@@ -56,6 +56,10 @@ bool WaitFor(v1::TuneService::Stub& stub, Pred pred) {
   return false;
 }
 
+double ProtoToSeconds(const google::protobuf::Duration& d) {
+  return absl::ToDoubleSeconds(FromProto(d));
+}
+
 }  // namespace
 
 TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
@@ -97,6 +101,22 @@ TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
     CHECK(chosen == 1);
     CHECK(defaults == 1);
     CHECK(e.entry().fingerprint().backend() == "host");
+  }
+  SECTION("and says why in one line, with each candidate's quantiles") {
+    v1::GetEntryResponse e = GetEntry(*stub, key);
+    const std::string& reason = e.entry().reason();
+    CHECK_FALSE(reason.empty());
+    CHECK(reason.find('\n') == std::string::npos);
+    for (const auto& m : e.entry().measurements()) {
+      if (m.samples() == 0) continue;
+      const double p20 = ProtoToSeconds(m.p20());
+      const double p50 = ProtoToSeconds(m.median());
+      const double p80 = ProtoToSeconds(m.p80());
+      CHECK(p20 > 0);
+      CHECK(p20 <= p50);
+      CHECK(p50 <= p80);
+      CHECK(m.dispersion() == Approx((p80 - p20) / p50).epsilon(1e-3));
+    }
   }
 }
 
@@ -356,6 +376,65 @@ TEST_CASE(
     return s.has_running_job() &&
            s.running_job().key().dense_bf16().tokens() == 2;
   }));
+}
+
+TEST_CASE(
+    "a TuneDense that cannot compare candidates within its budget is "
+    "abandoned with the budget it needs, never recorded") {
+  // host.naive at this shape runs for tens of ms: 5 samples of it cannot
+  // fit in 10 ms.
+  DaemonProcess d({"--backend=host", "--tune_budget=10ms"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(16, 4096, 256);
+  v1::TuneDenseResponse resp;
+  grpc::Status s = Tune(*stub, key, true, &resp);
+  INFO(s.error_message());
+  CHECK(s.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(s.error_message().find("raise the tuning budget") != std::string::npos);
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse look;
+  REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
+  CHECK(look.status().state() != v1::KEY_STATE_HIT);
+  CHECK(Status(*stub).jobs_completed() == 0);
+}
+
+TEST_CASE(
+    "a large job past --job_timeout is abandoned within 1.5 s of its limit "
+    "and the daemon keeps answering meanwhile") {
+  // Uncancelled, this shape takes the host backend tens of seconds (its
+  // reference alone is 34 G multiply-adds): cancellation is looked at inside
+  // the reference, the input fills and every kernel run.
+  DaemonProcess d({"--backend=host", "--job_timeout=1s"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(4096, 2048, 4096);
+  grpc::Status tuned;
+  v1::TuneDenseResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ended;
+  std::thread waiter([&] {
+    tuned = Tune(*d.Stub(), key, true, &resp);
+    ended = std::chrono::steady_clock::now();
+  });
+  // While the job runs, GetStatus answers promptly (what the watchdog's
+  // self-check relies on).
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.has_running_job();
+  }));
+  const auto asked = std::chrono::steady_clock::now();
+  const v1::GetStatusResponse during = Status(*stub);
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(1));
+  CHECK(during.has_running_job());
+  waiter.join();
+  const double took = std::chrono::duration<double>(ended - start).count();
+  INFO(tuned.error_message() << "\n" << d.Log());
+  CHECK(tuned.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(tuned.error_message().find("time limit") != std::string::npos);
+  CHECK(took < 2.5);
+  const v1::GetStatusResponse after = Status(*stub);
+  CHECK(after.jobs_failed() == 1);
+  CHECK(after.backend_ready());
+  CHECK_FALSE(after.has_running_job());
 }
 
 }  // namespace gputune
