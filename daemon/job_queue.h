@@ -10,9 +10,13 @@
 // benchmarks overlap on the device. The queue is bounded: a new job beyond
 // capacity is refused with RESOURCE_EXHAUSTED.
 //
-// A job that fails (no valid candidate, exception, over its time limit,
-// shutdown) abandons its claim (BACKOFF rules apply) and its waiters get the
-// reason. Nothing is written for it. After every job the backend is asked
+// A job that fails (no valid candidate, no comparison within the budget,
+// exception, over its time limit, shutdown) abandons its claim (BACKOFF rules
+// apply) and its waiters get the reason. Nothing is written for it. A job
+// over job_timeout is cancelled within 50 ms (the monitor thread), and the
+// cancel flag reaches inside the backend's long work (host kernel runs, the
+// host reference: kernels::Backend::SetCancel), so the job ends well inside
+// the job_timeout + 30 s that WorkerAlive allows before the watchdog stops. After every job the backend is asked
 // whether its device is still usable (Backend::DeviceError): a lost device
 // (a sticky CUDA error) fails that job and refuses TuneDense from then on
 // with FAILED_PRECONDITION; the cache is still served, and the watchdog stops

@@ -1,32 +1,50 @@
 #!/usr/bin/env bash
-# Gathers gputuned, gputunectl and the shared libraries they need (but glibc's,
-# the CUDA driver's and the CUDA toolkit's, which the GPU machine has) into
-# .carry/ for the device tool's `carry`, as ../shared/GPU.md describes:
+# Gathers gputuned, gputunectl, the CUDA backend module and the shared
+# libraries they need that the GPU machine does not have, into .carry/ for the
+# device tool's `carry`, as ../shared/GPU.md describes:
 #   bash bench/gpu/carry.sh [BUILD_DIR]      # then carry ".carry" and run
 #   bash bench/gpu/run.sh "$OUT"             # on the GPU machine
-# .carry/ is git-ignored. Keep it under the 64 MiB the tool carries.
+#
+# .carry/lib: what the machine lacks (gRPC, protobuf, Abseil, SQLite, spdlog,
+#   fmt, ...). Never: glibc's own (libc, libm, libpthread, libdl, librt,
+#   ld-linux), the CUDA driver (libcuda), the CUDA runtime and cuBLAS(Lt)
+#   (the machine's CUDA 13).
+# .carry/lib-fallback: libraries every Linux has in some version (libstdc++,
+#   libgcc_s, zlib, OpenSSL, systemd's and compression libraries). They are
+#   NOT on the library path; run.sh links one in only when the machine lacks
+#   it or, for libstdc++ and libgcc_s, has an older one (GLIBCXX versions), so
+#   Debian's libstdc++ never goes ahead of a newer machine's.
+# .carry/ is git-ignored. Stays under the 64 MiB the tool carries.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 out=$root/.carry
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
+mkdir -p "$out/bin" "$out/lib/gputune" "$out/lib-fallback"
 for b in daemon/gputuned client/gputunectl; do
   cp "$build/$b" "$out/bin/"
   strip "$out/bin/$(basename "$b")"
 done
 # The CUDA backend module, where gputuned looks beside itself.
-mkdir -p "$out/lib/gputune"
 cp "$build/lib/gputune/libgputune_cuda.so" "$out/lib/gputune/"
 strip --strip-unneeded "$out/lib/gputune/libgputune_cuda.so"
 ldd "$out/bin/gputuned" "$out/bin/gputunectl" \
     "$out/lib/gputune/libgputune_cuda.so" | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) continue ;;
-      libcudart.so*|libcublas*.so*) continue ;;  # the GPU machine's own CUDA 13
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) continue ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*) continue ;;  # the machine's CUDA
+      libstdc++.so*|libgcc_s.so*|libz.so*|libssl.so*|libcrypto.so*|\
+      libsystemd.so*|liblzma.so*|libzstd.so*|liblz4.so*|libcap.so*|\
+      libgcrypt.so*|libgpg-error.so*)
+        cp -L "$lib" "$out/lib-fallback/" ;;
+      *) cp -L "$lib" "$out/lib/" ;;
     esac
-    cp -L "$lib" "$out/lib/"
   done
-strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
+strip --strip-unneeded "$out"/lib/*.so* "$out"/lib-fallback/*.so* 2>/dev/null || true
 du -sh "$out"
+size=$(du -sm "$out" | cut -f1)
+if [ "$size" -gt 64 ]; then
+  echo "carry.sh: .carry is ${size} MiB, over the 64 MiB the device tool carries" >&2
+  exit 1
+fi

@@ -3,17 +3,23 @@
 //   gputune_dense_bench --out=DIR [--budget=0.5] [--quick] [--device=0]
 //
 // For every K x N in kLayers and M in kTokens: tune with TuneDense, then time
-// cuBLASLt's default (the first candidate) and the choice again, interleaved,
-// as a check on the engine's own numbers. Decode shapes (M <= 16) also report
-// the fraction of device copy bandwidth reached, counting the weight bytes
-// (N * K * 2) over the chosen time against a device-to-device cudaMemcpy of
-// a 2 GiB buffer measured at the start of the same run (bytes read plus
-// written). Writes DIR/dense_bench.json and DIR/dense_bench.txt (the table,
-// also printed last).
+// cuBLASLt's heuristic #0 (the default, the first candidate) and the choice
+// again, interleaved, as a check on the engine's own numbers, and the choice
+// once more without the L2 scrub (the scrub A/B: how much L2 would flatter
+// it). Decode shapes (M <= 16) also report the HBM bandwidth reached,
+// counting the weight bytes (N * K * 2) over the chosen time, next to a
+// device-to-device cudaMemcpy of a 2 GiB buffer measured at the start of the
+// same run (bytes read plus written): above that copy bandwidth means the
+// scrub failed. The summary gives the decode geomean speed-up, any shape
+// where the choice is slower than the default beyond 2 %, the heuristic algos
+// whose rebuild differs from the heuristic's bytes, and the total tuning
+// time. Writes DIR/dense_bench.json and DIR/dense_bench.txt (the table, also
+// printed last).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,8 +58,10 @@ struct Row {
   std::string role;
   TuneReport report;
   double tune_wall_seconds = 0;
-  double default_seconds = 0;  // re-measured
-  double chosen_seconds = 0;   // re-measured
+  double default_seconds = 0;         // re-measured
+  double chosen_seconds = 0;          // re-measured
+  double chosen_noscrub_seconds = 0;  // re-measured without the L2 scrub
+  int rebuild_mismatches = 0;         // heuristic algos not byte-identical
 };
 
 double Median(std::vector<double> v) {
@@ -86,22 +94,26 @@ double CopyBandwidth(cudaStream_t stream, size_t bytes) {
   return Median(rates);
 }
 
-// Median of 9 interleaved samples of each, each sample >= 200 us.
+// Median of 9 interleaved samples of each, each sample >= 200 us: the
+// default and the choice with the L2 scrub, the choice without it.
 void Remeasure(CudaBackend& backend, const DenseShape& shape,
-               const Execution& by_default, const Execution& chosen,
-               double* default_seconds, double* chosen_seconds) {
+               const Execution& by_default, const Execution& chosen, Row* row) {
   auto workload = backend.Prepare(shape, 0xbe9c);
   backend.TimeSample(*workload, by_default, 1);
   backend.TimeSample(*workload, chosen, 1);
   const double once = backend.TimeSample(*workload, by_default, 1);
   const int reps = std::clamp(static_cast<int>(200e-6 / once) + 1, 1, 2000);
-  std::vector<double> d, c;
+  std::vector<double> d, c, unscrubbed;
   for (int i = 0; i < 9; ++i) {
     d.push_back(backend.TimeSample(*workload, by_default, reps));
     c.push_back(backend.TimeSample(*workload, chosen, reps));
+    backend.set_scrub_l2(false);
+    unscrubbed.push_back(backend.TimeSample(*workload, chosen, reps));
+    backend.set_scrub_l2(true);
   }
-  *default_seconds = Median(d);
-  *chosen_seconds = Median(c);
+  row->default_seconds = Median(d);
+  row->chosen_seconds = Median(c);
+  row->chosen_noscrub_seconds = Median(unscrubbed);
 }
 
 std::string JsonString(std::string_view s) {
@@ -164,8 +176,13 @@ std::string Json(const Fingerprint& fp, double copy_bw, double budget,
       << ", \"chosen\": " << JsonString(r.report.chosen.ToString())
       << ", \"engine_default_seconds\": " << r.report.default_seconds
       << ", \"engine_chosen_seconds\": " << r.report.chosen_seconds
+      << ", \"reason\": " << JsonString(r.report.reason)
+      << ", \"notes\": " << r.report.notes.size()
+      << ", \"rebuild_mismatches\": " << r.rebuild_mismatches
       << ", \"default_seconds\": " << r.default_seconds
-      << ", \"chosen_seconds\": " << r.chosen_seconds << ", \"speedup\": "
+      << ", \"chosen_seconds\": " << r.chosen_seconds
+      << ", \"chosen_noscrub_seconds\": " << r.chosen_noscrub_seconds
+      << ", \"speedup\": "
       << (r.chosen_seconds > 0 ? r.default_seconds / r.chosen_seconds : 0)
       << ", \"weight_bytes\": " << weight_bytes
       << ", \"weight_bandwidth_fraction\": "
@@ -178,6 +195,9 @@ std::string Json(const Fingerprint& fp, double copy_bw, double budget,
         << ", \"validation\": " << JsonString(ValidationName(c.validation))
         << ", \"max_abs_error\": " << c.max_abs_error
         << ", \"median_seconds\": " << c.median_seconds
+        << ", \"p20_seconds\": " << c.p20_seconds
+        << ", \"p80_seconds\": " << c.p80_seconds
+        << ", \"dispersion\": " << c.dispersion
         << ", \"spread_seconds\": " << c.spread_seconds
         << ", \"samples\": " << c.samples
         << ", \"default\": " << (c.is_default ? "true" : "false")
@@ -193,7 +213,7 @@ std::string Json(const Fingerprint& fp, double copy_bw, double budget,
 std::string Table(const Fingerprint& fp, double copy_bw,
                   const std::vector<Row>& rows, double total_tune_wall) {
   std::ostringstream o;
-  char line[256];
+  char line[512];
   o << fp.device_name << " (" << fp.compute_capability << ", "
     << fp.processor_count << " SMs), driver " << fp.driver_version
     << ", runtime " << fp.runtime_version << ", cuBLASLt "
@@ -202,12 +222,21 @@ std::string Table(const Fingerprint& fp, double copy_bw,
                 "device copy bandwidth (D2D memcpy, read+write): %.0f GB/s\n",
                 copy_bw / 1e9);
   o << line;
-  std::snprintf(line, sizeof(line), "%6s %6s %5s %11s %11s %7s %6s  %s\n", "K",
-                "N", "M", "default_us", "chosen_us", "speedup", "bw%",
-                "winner");
+  o << "default = cuBLASLt heuristic #0; chosen = the engine's choice; both "
+       "re-measured with the L2 scrub; noscrub = the choice without it; "
+       "HBM GB/s = weight bytes / chosen time (M <= 16)\n";
+  std::snprintf(line, sizeof(line),
+                "%6s %6s %5s %11s %11s %7s %8s %11s %6s  %s\n", "K", "N", "M",
+                "default_us", "chosen_us", "speedup", "HBM_GB/s", "noscrub_us",
+                "L2%", "winner");
   o << line;
+  double log_sum = 0;
+  int decode = 0, slower = 0, failed = 0, mismatched = 0;
+  double worst = 0;
   for (const Row& r : rows) {
+    mismatched += r.rebuild_mismatches;
     if (!r.report.ok) {
+      ++failed;
       std::snprintf(line, sizeof(line), "%6lld %6lld %5lld  FAILED: %s\n",
                     static_cast<long long>(r.shape.k),
                     static_cast<long long>(r.shape.n),
@@ -216,19 +245,39 @@ std::string Table(const Fingerprint& fp, double copy_bw,
       continue;
     }
     const double weight_bytes = 2.0 * r.shape.n * r.shape.k;
+    const double speedup = r.default_seconds / r.chosen_seconds;
     char bw[16] = "-";
     if (r.shape.m <= 16 && r.chosen_seconds > 0) {
       std::snprintf(bw, sizeof(bw), "%.0f",
-                    100.0 * weight_bytes / r.chosen_seconds / copy_bw);
+                    weight_bytes / r.chosen_seconds / 1e9);
+      log_sum += std::log(speedup);
+      ++decode;
     }
+    if (speedup < 0.98) ++slower;
+    worst = worst == 0 ? speedup : std::min(worst, speedup);
     std::snprintf(
-        line, sizeof(line), "%6lld %6lld %5lld %11.1f %11.1f %7.3f %6s  %s\n",
+        line, sizeof(line),
+        "%6lld %6lld %5lld %11.1f %11.1f %7.3f %8s %11.1f %6.1f  %s\n",
         static_cast<long long>(r.shape.k), static_cast<long long>(r.shape.n),
         static_cast<long long>(r.shape.m), r.default_seconds * 1e6,
-        r.chosen_seconds * 1e6, r.default_seconds / r.chosen_seconds, bw,
+        r.chosen_seconds * 1e6, speedup, bw, r.chosen_noscrub_seconds * 1e6,
+        100.0 * (1.0 - r.chosen_noscrub_seconds / r.chosen_seconds),
         r.report.chosen.ToString().c_str());
     o << line;
   }
+  if (decode > 0) {
+    std::snprintf(line, sizeof(line),
+                  "decode (M <= 16) geomean speed-up over heuristic #0: "
+                  "%.3fx over %d shapes\n",
+                  std::exp(log_sum / decode), decode);
+    o << line;
+  }
+  std::snprintf(line, sizeof(line),
+                "worst chosen/default speed-up %.3fx; %d shape(s) slower than "
+                "the default by more than 2 %%; %d failed; %d heuristic algo "
+                "rebuild(s) not byte-identical\n",
+                worst, slower, failed, mismatched);
+  o << line;
   std::snprintf(line, sizeof(line),
                 "total tuning wall time: %.1f s for %zu keys\n",
                 total_tune_wall, rows.size());
@@ -289,11 +338,17 @@ int Main(int argc, char** argv) {
       row.tune_wall_seconds =
           std::chrono::duration<double>(Clock::now() - start).count();
       total_tune_wall += row.tune_wall_seconds;
+      for (const HeuristicRebuild& r : backend->heuristic_rebuilds()) {
+        row.rebuild_mismatches += r.rebuilt && !r.identical ? 1 : 0;
+      }
+      for (const std::string& note : row.report.notes) {
+        std::cerr << "note: " << note << "\n";
+      }
       if (row.report.ok) {
         try {
           Remeasure(*backend, row.shape,
                     row.report.candidates.front().execution, row.report.chosen,
-                    &row.default_seconds, &row.chosen_seconds);
+                    &row);
         } catch (const std::exception& e) {
           row.report.ok = false;
           row.report.error = std::string("re-measure failed: ") + e.what();
@@ -302,7 +357,8 @@ int Main(int argc, char** argv) {
       std::cerr << "K=" << layer.k << " N=" << layer.n << " M=" << m << ": "
                 << (row.report.ok ? row.report.chosen.ToString()
                                   : row.report.error)
-                << " (" << row.tune_wall_seconds << " s)\n";
+                << " (" << row.tune_wall_seconds << " s; " << row.report.reason
+                << ")\n";
       rows.push_back(std::move(row));
     }
   }

@@ -334,3 +334,33 @@ TEST_CASE("an execution the backend cannot run throws with the reason") {
 
 }  // namespace
 }  // namespace gputune::kernels
+
+namespace gputune::kernels {
+namespace {
+
+// run.sh runs this one under compute-sanitizer --tool memcheck: gputune's own
+// kernels (input fills, reference, compare, every GEMV candidate, split-K
+// reduction) over the shape table, without cuBLASLt, whose internals are
+// not ours to check.
+TEST_CASE("gputune's own kernels over the shape table [memcheck]",
+          "[memcheck]") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  auto backend = MakeBackend();
+  for (const DenseShape& shape : ShapeTable()) {
+    INFO(ShapeName(shape));
+    auto workload = backend->Prepare(shape, 0x5eed);
+    for (const auto& params :
+         GemvSplitKCandidates(shape, backend->sm_count())) {
+      const Execution exec = ToExecution(params, shape);
+      INFO(exec.ToString());
+      const Tolerance tol = ToleranceFor(shape.k);
+      CHECK(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol)
+                .mismatches == 0);
+      CHECK(backend->RunAndCompareExact(*workload, exec).mismatches == 0);
+      CHECK(backend->TimeSample(*workload, exec, 2) > 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gputune::kernels
