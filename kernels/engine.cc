@@ -631,7 +631,7 @@ void TuneJob::LogOutcome(const CandidateReport& chosen, int valid) const {
   const CandidateReport& dflt = report_.candidates.front();
   std::string line = "dense " + ShapeString(shape_) + " on " + backend_.Name() +
                      ": chose " + chosen.execution.ToString();
-  if (valid == 1) {
+  if (valid == 1 || chosen.samples == 0) {
     line += ", the only valid candidate of " +
             std::to_string(report_.candidates.size()) + " (not timed)";
   } else {
