@@ -16,11 +16,12 @@
 // over job_timeout is cancelled within 50 ms (the monitor thread), and the
 // cancel flag reaches inside the backend's long work (host kernel runs, the
 // host reference: kernels::Backend::SetCancel), so the job ends well inside
-// the job_timeout + 30 s that WorkerAlive allows before the watchdog stops. After every job the backend is asked
-// whether its device is still usable (Backend::DeviceError): a lost device
-// (a sticky CUDA error) fails that job and refuses TuneDense from then on
-// with FAILED_PRECONDITION; the cache is still served, and the watchdog stops
-// pinging so that systemd restarts the daemon with a fresh context.
+// the job_timeout + 30 s that WorkerAlive allows before the watchdog stops.
+// After every job the backend is asked whether its device is still usable
+// (Backend::DeviceError): a lost device (a sticky CUDA error) fails that job
+// and refuses TuneDense from then on with FAILED_PRECONDITION; the cache is
+// still served, and the watchdog stops pinging so that systemd restarts the
+// daemon with a fresh context.
 //
 // Thread-safe. TuneDense never blocks: it answers through `done`, on the
 // calling thread (HIT, PENDING, refusals) or on the worker thread.
