@@ -1,0 +1,94 @@
+// The C API as an outside project uses it: installed with cmake --install
+// into a temporary prefix, a C11 program built with cc and pkg-config
+// gputune-c (no gRPC, protobuf or Abseil header reachable from it), run
+// against a daemon.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs a shell command with its output appended to `log`; true on exit 0.
+bool Sh(const std::string& command, const std::string& log) {
+  std::ofstream(log, std::ios::app) << "$ " << command << "\n";
+  const std::string full = command + " >>'" + log + "' 2>&1";
+  return std::system(full.c_str()) == 0;
+}
+
+// Installs the build's client component into `prefix`.
+void Install(const std::string& prefix, const std::string& log) {
+  if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
+              " --install '" GPUTUNE_BUILD_DIR
+              "' --component client --prefix '" +
+              prefix + "'",
+          log)) {
+    FAIL(ReadFile(log));
+  }
+}
+
+TEST_CASE("a C11 program builds against the installed C API and runs") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string dir = daemon.dir();
+  const std::string prefix = dir + "/prefix";
+  const std::string log = dir + "/install.log";
+  Install(prefix, log);
+  for (const char* path : {"include/gputune/gputune.h",
+                           "lib/pkgconfig/gputune-c.pc", "lib/libgputune.so"}) {
+    INFO(path);
+    REQUIRE(std::filesystem::exists(prefix + "/" + path));
+  }
+#if GPUTUNE_TEST_WITH_CUDA
+  REQUIRE(std::filesystem::exists(prefix + "/include/gputune/dense_runner.h"));
+  REQUIRE(std::filesystem::exists(prefix + "/lib/libgputune_dense.so.0"));
+#else
+  REQUIRE_FALSE(
+      std::filesystem::exists(prefix + "/include/gputune/dense_runner.h"));
+#endif
+
+  const std::string pc =
+      "PKG_CONFIG_PATH='" + prefix + "/lib/pkgconfig' pkg-config gputune-c";
+  const std::string source = GPUTUNE_SOURCE_DIR "/client/examples/c/example.c";
+  const std::string flags = "-std=c11 -Wall -Wextra -pedantic -Werror";
+  // The headers the program's compilation opens: gputune.h and the C
+  // library's, none of gRPC, protobuf or Abseil.
+  const std::string deps = dir + "/example.d";
+  bool ok = Sh("cc " + flags + " -M -MF '" + deps + "' '" + source + "' $(" +
+                   pc + " --cflags)",
+               log);
+  if (!ok) FAIL(ReadFile(log));
+  const std::string headers = ReadFile(deps);
+  INFO(headers);
+  REQUIRE(headers.find("gputune/gputune.h") != std::string::npos);
+  for (const char* forbidden : {"absl/", "google/protobuf", "grpc", "c++"}) {
+    REQUIRE(headers.find(forbidden) == std::string::npos);
+  }
+  ok = Sh("cc " + flags + " '" + source + "' -o '" + dir + "/example' $(" + pc +
+              " --cflags --libs) -Wl,-rpath,'" + prefix + "/lib'",
+          log) &&
+       Sh("'" + dir + "/example' " + daemon.endpoint(), log);
+  if (!ok) FAIL(ReadFile(log));
+  std::string out = ReadFile(log);
+  REQUIRE(out.find("tuned example_attention/b=8,h=32,d=128@example-c") !=
+          std::string::npos);
+  REQUIRE(out.find("lookup: hit (memo), run example.flash_decode "
+                   "block_n=64 split_kv=4") != std::string::npos);
+  // A second run finds what the first recorded.
+  REQUIRE(Sh("'" + dir + "/example' " + daemon.endpoint(), log));
+  REQUIRE(ReadFile(log).find("claim outcome 3") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace gputune::testing
