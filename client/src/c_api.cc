@@ -271,6 +271,24 @@ gputune_result* gputune_result_new(void) {
 }
 void gputune_result_free(gputune_result* result) { delete result; }
 
+gputune_code gputune_result_copy(const gputune_result* from,
+                                 gputune_result* to) {
+  return Guarded([&] {
+    if (from == nullptr || to == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "gputune_result_copy: from and to must not be NULL");
+    }
+    if (from != to) {
+      if (from->has_own) {
+        to->Set(from->own);
+      } else {
+        to->Set(from->lookup);
+      }
+    }
+    return GPUTUNE_OK;
+  });
+}
+
 gputune_state gputune_result_state(const gputune_result* r) {
   return static_cast<gputune_state>(r->state());
 }

@@ -204,6 +204,10 @@ typedef struct gputune_result gputune_result;
 
 gputune_result* gputune_result_new(void);
 void gputune_result_free(gputune_result* result);
+/* Makes `to` hold what `from` holds (e.g. to keep a watch callback's
+ * status past the call). */
+gputune_code gputune_result_copy(const gputune_result* from,
+                                 gputune_result* to);
 
 gputune_state gputune_result_state(const gputune_result* result);
 /* state == HIT. */
