@@ -90,5 +90,35 @@ TEST_CASE("a C11 program builds against the installed C API and runs") {
   REQUIRE(ReadFile(log).find("claim outcome 3") != std::string::npos);
 }
 
+TEST_CASE("the Rust example builds with cargo offline against the install") {
+  const std::string cargo = GPUTUNE_CARGO;
+  if (cargo.empty()) {
+    SUCCEED("skipped: no cargo (scripts/install-deps.sh installs Debian's)");
+    return;
+  }
+  DaemonProcess daemon({"--backend=none"});
+  const std::string dir = daemon.dir();
+  const std::string prefix = dir + "/prefix";
+  const std::string log = dir + "/rust.log";
+  Install(prefix, log);
+  // The crate's own directory stays clean: target and lock file go to dir.
+  const std::string build =
+      "cp -r '" GPUTUNE_SOURCE_DIR "/client/examples/rust' '" + dir +
+      "/crate' && cd '" + dir + "/crate' && GPUTUNE_LIB_DIR='" + prefix +
+      "/lib' CARGO_TARGET_DIR='" + dir + "/target' '" + cargo +
+      "' build --offline --quiet";
+  const std::string run =
+      "'" + dir + "/target/debug/gputune-example' " + daemon.endpoint();
+  if (!Sh(build, log) || !Sh(run, log)) FAIL(ReadFile(log));
+  std::string out = ReadFile(log);
+  REQUIRE(out.find("from Rust") != std::string::npos);
+  REQUIRE(out.find("tuned example_attention/b=8,h=32,d=128@example-rust") !=
+          std::string::npos);
+  REQUIRE(out.find("lookup: hit (memo), run example.flash_decode") !=
+          std::string::npos);
+  REQUIRE(Sh(run, log));
+  REQUIRE(ReadFile(log).find("claim outcome 3") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace gputune::testing
