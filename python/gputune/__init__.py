@@ -51,6 +51,7 @@ from .dense import DenseRunner, DenseRun
 
 __version__ = _version().decode()
 
+
 __all__ = [
     "Client",
     "Key",
@@ -84,3 +85,8 @@ __all__ = [
     "Unauthenticated",
     "LibraryNotFound",
 ]
+
+# The public names print as gputune.X (where they are meant to be used from).
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

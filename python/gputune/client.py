@@ -45,7 +45,14 @@ __all__ = [
 ]
 
 
-class State(enum.IntEnum):
+class _Named(enum.IntEnum):
+    """Prints as its name (an IntEnum prints as its number)."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class State(_Named):
     """A key's state (tune.proto KeyState). UNSPECIFIED: an empty result
     (try_lookup found nothing memoised)."""
 
@@ -57,13 +64,13 @@ class State(enum.IntEnum):
     BACKOFF = 5
 
 
-class Phase(enum.IntEnum):
+class Phase(_Named):
     UNSPECIFIED = 0
     PREFILL = 1
     DECODE = 2
 
 
-class ClaimOutcome(enum.IntEnum):
+class ClaimOutcome(_Named):
     UNSPECIFIED = 0
     GRANTED = 1
     PENDING = 2
@@ -71,7 +78,7 @@ class ClaimOutcome(enum.IntEnum):
     BACKOFF = 4
 
 
-class Validation(enum.IntEnum):
+class Validation(_Named):
     UNSPECIFIED = 0
     PASSED = 1
     FAILED = 2
