@@ -22,11 +22,12 @@ def test_pip_installs_offline_and_the_package_imports(tmp_path, daemon):
     )
     assert (target / "gputune" / "py.typed").exists()
     env = dict(os.environ, PYTHONPATH=str(target))
-    out = subprocess.run(
+    run = subprocess.run(
         [sys.executable, "-c",
          "import gputune, sys; c = gputune.Client(sys.argv[1]); "
          "print(gputune.__file__, c.lookup('pip/x=1@v1').state.name)",
          daemon.endpoint],
-        check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
-    ).stdout
-    assert out.startswith(str(target)) and out.strip().endswith("MISS")
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(str(target)) and run.stdout.strip().endswith("MISS")
