@@ -141,9 +141,12 @@ def test_watch_iterates_until_the_hit(daemon):
         it = iter(w)
         first = next(it)
         assert first.state is State.MISS
-        threading.Thread(target=record_hit, args=(gputune.Client(daemon.endpoint), key)).start()
+        writer = threading.Thread(
+            target=record_hit, args=(gputune.Client(daemon.endpoint), key))
+        writer.start()
         for status in it:
             seen.append(status.state)
+        writer.join()
         assert seen[-1] is State.HIT
         assert status.execution.kernel == "py.kernel"
 
