@@ -1,8 +1,10 @@
 """ctypes declarations of the C API (client/include/gputune/gputune.h).
 
 The library is found, in order: $GPUTUNE_LIBRARY (a path; nothing else is
-tried when it is set), then libgputune.so.0 through the dynamic loader
-(LD_LIBRARY_PATH, ldconfig's cache), then ctypes.util.find_library.
+tried when it is set); <prefix>/lib/libgputune.so.0 when this package was
+installed by cmake --install into <prefix>/lib/python3/dist-packages; then
+libgputune.so.0 through the dynamic loader (LD_LIBRARY_PATH, ldconfig's
+cache, where the .deb puts it); then ctypes.util.find_library.
 Every declaration mirrors gputune.h; keep them in step (GPUTUNE_ABI_VERSION).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import pathlib
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -37,6 +40,9 @@ def _load() -> ctypes.CDLL:
     tried = []
     explicit = os.environ.get("GPUTUNE_LIBRARY")
     candidates = [explicit] if explicit else []
+    beside = pathlib.Path(__file__).resolve().parents[3] / "libgputune.so.0"
+    if not explicit and beside.exists():
+        candidates.append(str(beside))
     found = ctypes.util.find_library("gputune")
     candidates += ["libgputune.so.0"] + ([found] if found else [])
     for name in candidates:

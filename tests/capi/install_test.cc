@@ -90,6 +90,31 @@ TEST_CASE("a C11 program builds against the installed C API and runs") {
   REQUIRE(ReadFile(log).find("claim outcome 3") != std::string::npos);
 }
 
+TEST_CASE("the installed Python package finds the installed libgputune") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string dir = daemon.dir();
+  const std::string prefix = dir + "/prefix";
+  const std::string log = dir + "/python.log";
+  Install(prefix, log);
+  const std::string site = prefix + "/lib/python3/dist-packages";
+  REQUIRE(std::filesystem::exists(site + "/gputune/client.py"));
+  // No GPUTUNE_LIBRARY, no LD_LIBRARY_PATH: the package finds
+  // <prefix>/lib/libgputune.so.0 from where it was installed.
+  const std::string run =
+      "cd '" + dir +
+      "' && env -u GPUTUNE_LIBRARY -u LD_LIBRARY_PATH "
+      "PYTHONPATH='" +
+      site +
+      "' /usr/bin/python3 -c \"import gputune, sys; "
+      "print(gputune._capi.lib._name); "
+      "print(gputune.Client(sys.argv[1]).lookup('py/x=1@v1').state)\" " +
+      daemon.endpoint();
+  if (!Sh(run, log)) FAIL(ReadFile(log));
+  const std::string out = ReadFile(log);
+  REQUIRE(out.find(prefix + "/lib/libgputune.so.0") != std::string::npos);
+  REQUIRE(out.find("MISS") != std::string::npos);
+}
+
 TEST_CASE("the Rust example builds with cargo offline against the install") {
   const std::string cargo = GPUTUNE_CARGO;
   if (cargo.empty()) {
