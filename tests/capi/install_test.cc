@@ -28,23 +28,34 @@ bool Sh(const std::string& command, const std::string& log) {
   return std::system(full.c_str()) == 0;
 }
 
-// Installs the build's client component into `prefix`.
-void Install(const std::string& prefix, const std::string& log) {
-  if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
-              " --install '" GPUTUNE_BUILD_DIR
-              "' --component client --prefix '" +
-              prefix + "'",
-          log)) {
-    FAIL(ReadFile(log));
+// A daemon, and the build's client component installed into dir/prefix;
+// commands' output goes to dir/<log>.
+struct Installed {
+  explicit Installed(const std::string& log_name)
+      : daemon({"--backend=none"}),
+        dir(daemon.dir()),
+        prefix(dir + "/prefix"),
+        log(dir + "/" + log_name) {
+    if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
+                " --install '" GPUTUNE_BUILD_DIR
+                "' --component client --prefix '" +
+                prefix + "'",
+            log)) {
+      FAIL(ReadFile(log));
+    }
   }
-}
+  DaemonProcess daemon;
+  const std::string dir;
+  const std::string prefix;
+  const std::string log;
+};
 
 TEST_CASE("a C11 program builds against the installed C API and runs") {
-  DaemonProcess daemon({"--backend=none"});
-  const std::string dir = daemon.dir();
-  const std::string prefix = dir + "/prefix";
-  const std::string log = dir + "/install.log";
-  Install(prefix, log);
+  Installed installed("install.log");
+  const std::string& dir = installed.dir;
+  const std::string& prefix = installed.prefix;
+  const std::string& log = installed.log;
+  DaemonProcess& daemon = installed.daemon;
   for (const char* path : {"include/gputune/gputune.h",
                            "lib/pkgconfig/gputune-c.pc", "lib/libgputune.so"}) {
     INFO(path);
@@ -91,11 +102,11 @@ TEST_CASE("a C11 program builds against the installed C API and runs") {
 }
 
 TEST_CASE("the installed Python package finds the installed libgputune") {
-  DaemonProcess daemon({"--backend=none"});
-  const std::string dir = daemon.dir();
-  const std::string prefix = dir + "/prefix";
-  const std::string log = dir + "/python.log";
-  Install(prefix, log);
+  Installed installed("python.log");
+  const std::string& dir = installed.dir;
+  const std::string& prefix = installed.prefix;
+  const std::string& log = installed.log;
+  DaemonProcess& daemon = installed.daemon;
   const std::string site = prefix + "/lib/python3/dist-packages";
   REQUIRE(std::filesystem::exists(site + "/gputune/client.py"));
   // No GPUTUNE_LIBRARY, no LD_LIBRARY_PATH: the package finds
@@ -121,11 +132,11 @@ TEST_CASE("the Rust example builds with cargo offline against the install") {
     SUCCEED("skipped: no cargo (scripts/install-deps.sh installs Debian's)");
     return;
   }
-  DaemonProcess daemon({"--backend=none"});
-  const std::string dir = daemon.dir();
-  const std::string prefix = dir + "/prefix";
-  const std::string log = dir + "/rust.log";
-  Install(prefix, log);
+  Installed installed("rust.log");
+  const std::string& dir = installed.dir;
+  const std::string& prefix = installed.prefix;
+  const std::string& log = installed.log;
+  DaemonProcess& daemon = installed.daemon;
   // The crate's own directory stays clean: target and lock file go to dir.
   const std::string build =
       "cp -r '" GPUTUNE_SOURCE_DIR "/client/examples/rust' '" + dir +
