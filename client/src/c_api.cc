@@ -99,8 +99,8 @@ gputune_code ToJson(const google::protobuf::Message& message, char** json) {
 }  // namespace
 
 gputune_code Fail(const absl::Status& status) {
+  if (status.ok()) return GPUTUNE_OK;  // the last error stays
   last_error = std::string(status.message());
-  if (status.ok()) return GPUTUNE_OK;
   return static_cast<gputune_code>(status.code());
 }
 
@@ -308,6 +308,7 @@ size_t gputune_result_param_count(const gputune_result* r) {
 gputune_code gputune_result_param(const gputune_result* r, size_t index,
                                   const char** name, int32_t* value) {
   return Guarded([&] {
+    if (auto c = NotNull(r, "result"); c != GPUTUNE_OK) return c;
     gputune::c_api::SortParams(r);
     if (index >= r->sorted_params.size()) {
       return Fail(absl::StatusCode::kOutOfRange,
@@ -323,6 +324,7 @@ gputune_code gputune_result_param(const gputune_result* r, size_t index,
 gputune_code gputune_result_param_by_name(const gputune_result* r,
                                           const char* name, int32_t* value) {
   return Guarded([&] {
+    if (auto c = NotNull(r, "result"); c != GPUTUNE_OK) return c;
     if (auto c = NotNull(name, "name"); c != GPUTUNE_OK) return c;
     const auto& params = gputune::c_api::Params(r);
     auto it = params.find(name);
@@ -389,6 +391,7 @@ gputune_code gputune_preload(gputune_client* client,
                              const gputune_key* const* keys, size_t count,
                              size_t* hits) {
   return Guarded([&] {
+    if (auto c = NotNull(client, "client"); c != GPUTUNE_OK) return c;
     if (count > 0) {
       if (auto c = NotNull(keys, "keys"); c != GPUTUNE_OK) return c;
     }
@@ -443,6 +446,7 @@ gputune_code gputune_get_status_json(gputune_client* client, char** json) {
   return Guarded([&] {
     if (auto c = NotNull(json, "json"); c != GPUTUNE_OK) return c;
     *json = nullptr;
+    if (auto c = NotNull(client, "client"); c != GPUTUNE_OK) return c;
     auto s = client->client->GetStatus();
     if (!s.ok()) return Fail(s.status());
     return gputune::c_api::ToJson(*s, json);
@@ -455,6 +459,7 @@ gputune_code gputune_list_entries_json(gputune_client* client,
   return Guarded([&] {
     if (auto c = NotNull(json, "json"); c != GPUTUNE_OK) return c;
     *json = nullptr;
+    if (auto c = NotNull(client, "client"); c != GPUTUNE_OK) return c;
     gputune_list_options o{};
     o.struct_size = sizeof(o);
     if (options != nullptr) {
@@ -484,6 +489,8 @@ gputune_code gputune_get_entry_json(gputune_client* client,
   return Guarded([&] {
     if (auto c = NotNull(json, "json"); c != GPUTUNE_OK) return c;
     *json = nullptr;
+    if (auto c = NotNull(client, "client"); c != GPUTUNE_OK) return c;
+    if (auto c = NotNull(key, "key"); c != GPUTUNE_OK) return c;
     auto s = client->client->GetEntry(key->key);
     if (!s.ok()) return Fail(s.status());
     return gputune::c_api::ToJson(*s, json);

@@ -12,8 +12,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import json
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import (
     Any,
     Callable,
@@ -28,7 +27,7 @@ from typing import (
 )
 
 from . import _capi
-from ._errors import OutOfRange, check, error_for
+from ._errors import InvalidArgument, OutOfRange, check, error_for
 
 __all__ = [
     "State",
@@ -138,7 +137,7 @@ class Key:
             try:
                 phase = Phase[phase.upper()]
             except KeyError:
-                raise _errors_invalid(f"phase {phase!r} is neither 'prefill' nor 'decode'")
+                raise InvalidArgument(f"phase {phase!r} is neither 'prefill' nor 'decode'")
         desc = _capi.KeyDesc(
             struct_size=ctypes.sizeof(_capi.KeyDesc),
             kind=1,
@@ -184,12 +183,6 @@ class Key:
         if h:
             _capi.key_free(h)
             self._h = None
-
-
-def _errors_invalid(message: str) -> Exception:
-    from ._errors import InvalidArgument
-
-    return InvalidArgument(message)
 
 
 KeyLike = Union[Key, str]
@@ -638,10 +631,11 @@ class Client:
     def try_lookup(self, key: KeyLike) -> LookupResult:
         """Never blocks on I/O: the memoised HIT, or state UNSPECIFIED after
         queueing a background lookup."""
-        k = self._key(key)
-        r = _new_result()
+        k = self._key(key)  # alive until the call returns
+        pool = self._pool
+        r = pool.pop() if pool else _new_result()
         _capi.try_lookup(self._handle(), k._h, r)
-        return LookupResult(r)
+        return LookupResult(r, pool)
 
     def preload(self, keys: Iterable[KeyLike]) -> int:
         """One BatchLookup for start-up: memoises the HITs; returns how many

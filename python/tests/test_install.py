@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -12,11 +13,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_pip_installs_offline_and_the_package_imports(tmp_path, daemon):
+    # From a copy: a legacy setup.py build writes build/ and *.egg-info into
+    # the tree it builds, and may reuse a stale build/ there.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__", "tests", "examples"))
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps",
          "--disable-pip-version-check", "--quiet", "--target", str(target),
-         str(ROOT)],
+         str(source)],
         check=True,
         cwd=tmp_path,
     )

@@ -211,6 +211,9 @@ TEST_CASE("C: preload memoises the HITs of many keys in one call") {
   REQUIRE(gputune_preload(client.get(), bad, 2, nullptr) ==
           GPUTUNE_INVALID_ARGUMENT);
   REQUIRE(std::string(gputune_last_error()) == "keys[1] is NULL");
+  REQUIRE(gputune_preload(nullptr, keys, 2, nullptr) ==
+          GPUTUNE_INVALID_ARGUMENT);
+  REQUIRE(std::string(gputune_last_error()) == "client must not be NULL");
 }
 
 TEST_CASE("C: try_lookup never blocks and finds the HIT in the background") {
@@ -254,6 +257,9 @@ TEST_CASE("C: keys are validated when made, naming the bad part") {
   REQUIRE(gputune_key_new(&d, &key) == GPUTUNE_OK);
   REQUIRE(std::string(gputune_key_text(key)) ==
           "dense_bf16/decode/attn.qkv/m=1/k=4096/n=6144@cs1");
+  // A call that succeeds leaves the last error as it was.
+  REQUIRE(std::string(gputune_last_error()).find("6 '/'-separated parts") !=
+          std::string::npos);
   gputune_key_free(key);
 
   d.input_features = 0;

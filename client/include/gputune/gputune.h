@@ -1,18 +1,20 @@
+/* clang-format off */
 /* gputune.h: the C API of libgputune, for inference servers written in C,
  * Rust, Python (ctypes) or anything else that can call C.
  *
  *   gputune_client_options o;
- *   gputune_client_options_init(&o);          // defaults, struct_size set
+ *   gputune_client_options_init(&o);            (defaults, struct_size set)
  *   o.endpoint = "unix:///run/gputuned/gpu0.sock";
  *   gputune_client* client;
  *   if (gputune_client_create(&o, &client) != GPUTUNE_OK)
  *     fprintf(stderr, "%s\n", gputune_last_error());
  *   gputune_key* key;
- *   gputune_key_parse("dense_bf16/decode/attn.qkv/m=1/k=4096/n=6144@cs1",
- * &key); gputune_result* r = gputune_result_new(); if (gputune_lookup(client,
- * key, r) == GPUTUNE_OK && gputune_result_hit(r)) run(gputune_result_kernel(r),
- * ...);     // memo hit: no I/O else run_default();                          //
- * tuning never blocks
+ *   gputune_key_parse("dense_bf16/decode/attn.qkv/m=1/k=4096/n=6144@cs1", &key);
+ *   gputune_result* r = gputune_result_new();
+ *   if (gputune_lookup(client, key, r) == GPUTUNE_OK && gputune_result_hit(r))
+ *     run(gputune_result_kernel(r), ...);       (memo hit: no I/O)
+ *   else
+ *     run_default();                            (tuning never blocks)
  *
  * It is a thin layer over the C++ gputune::Client (gputune/client.h): one
  * memo, one circuit breaker, one lease renewer, the same deadlines and the
@@ -23,6 +25,10 @@
  * leaves a message saying what was wrong and what to do, which
  * gputune_last_error() returns on the same thread until that thread's next
  * failing call.
+ *
+ * NULL: a call that returns a gputune_code answers INVALID_ARGUMENT for a
+ * NULL handle; the others (accessors, destroy/free aside) must not be given
+ * one.
  *
  * Lifetimes: every handle made by a *_create / *_new / *_parse call is freed
  * by its *_destroy / *_free. Strings a handle returns stay valid until the
@@ -37,6 +43,7 @@
  * is the library's. Option and input structs begin with struct_size
  * (sizeof of the caller's struct): the library reads only the fields that
  * fit, so a program built against an older header keeps working. */
+/* clang-format on */
 #ifndef GPUTUNE_GPUTUNE_H_
 #define GPUTUNE_GPUTUNE_H_
 
@@ -54,8 +61,7 @@ extern "C" {
 uint32_t gputune_abi_version(void);
 const char* gputune_version(void);
 
-/* --- Errors ----------------------------------------------------------------
- */
+/* --- Errors --- */
 
 /* gRPC's status codes. */
 typedef enum gputune_code {
@@ -83,8 +89,7 @@ const char* gputune_last_error(void);
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" for a value out of range. */
 const char* gputune_code_name(gputune_code code);
 
-/* --- Enums of the API (values as in tune.proto) ----------------------------
- */
+/* --- Enums of the API (values as in tune.proto) --- */
 
 typedef enum gputune_state {
   GPUTUNE_STATE_UNSPECIFIED =
@@ -120,8 +125,7 @@ typedef enum gputune_validation {
 /* "miss", "pending", "hit", "stale", "backoff" ("unspecified" otherwise). */
 const char* gputune_state_name(gputune_state state);
 
-/* --- Client ----------------------------------------------------------------
- */
+/* --- Client --- */
 
 typedef struct gputune_client gputune_client;
 
@@ -159,8 +163,7 @@ void gputune_client_destroy(gputune_client* client);
 /* The endpoint in use. */
 const char* gputune_client_endpoint(const gputune_client* client);
 
-/* --- Keys ------------------------------------------------------------------
- */
+/* --- Keys --- */
 
 typedef struct gputune_key gputune_key;
 
@@ -195,8 +198,7 @@ void gputune_key_free(gputune_key* key);
 /* The text form. */
 const char* gputune_key_text(const gputune_key* key);
 
-/* --- Results ---------------------------------------------------------------
- */
+/* --- Results --- */
 
 /* A key's status: what a lookup, try_lookup, tune_dense or watch reported.
  * Reusable: each call that fills it replaces what it held. */
@@ -240,8 +242,7 @@ const char* gputune_result_claim_holder(const gputune_result* result);
 /* BACKOFF: when to ask again (Unix time, milliseconds); 0 otherwise. */
 int64_t gputune_result_retry_after_unix_ms(const gputune_result* result);
 
-/* --- Hot path --------------------------------------------------------------
- */
+/* --- Hot path --- */
 
 /* The key's state: a memoised HIT without I/O, else one Lookup RPC within
  * lookup_deadline (a HIT is memoised). UNAVAILABLE / DEADLINE_EXCEEDED when
@@ -262,8 +263,7 @@ void gputune_forget(gputune_client* client, const gputune_key* key);
 void gputune_forget_all(gputune_client* client);
 size_t gputune_memo_size(const gputune_client* client);
 
-/* --- Tuning ----------------------------------------------------------------
- */
+/* --- Tuning --- */
 
 /* The daemon benchmarks a dense_bf16 key on its device. wait != 0: the HIT
  * (within tune_deadline); wait == 0: PENDING at once, or the HIT if there is
@@ -341,8 +341,7 @@ gputune_code gputune_claim_record(gputune_claim* claim,
  * abandons). The handle holds nothing afterwards, whatever the result. */
 gputune_code gputune_claim_abandon(gputune_claim* claim, const char* reason);
 
-/* --- Watch -----------------------------------------------------------------
- */
+/* --- Watch --- */
 
 typedef struct gputune_watch gputune_watch;
 
@@ -371,8 +370,7 @@ void gputune_watch_cancel(gputune_watch* watch);
 /* Cancels and waits until the callback can no longer run. */
 void gputune_watch_free(gputune_watch* watch);
 
-/* --- Operator calls (scripts) ----------------------------------------------
- */
+/* --- Operator calls (scripts) --- */
 /* Each is one RPC within `deadline`; *json is the daemon's answer as protobuf
  * JSON (tune.proto's GetStatusResponse, ListEntriesResponse,
  * GetEntryResponse), freed with gputune_string_free. */
@@ -399,8 +397,7 @@ gputune_code gputune_get_entry_json(gputune_client* client,
                                     const gputune_key* key, char** json);
 void gputune_string_free(char* s);
 
-/* --- Replay: running a dense_bf16 execution here ---------------------------
- */
+/* --- Replay: running a dense_bf16 execution here --- */
 
 /* Runs y[M,N] = x[M,K] * W[N,K]^T (row-major bf16 device pointers) with a
  * tuned execution on the caller's CUDA stream, in this process (see
