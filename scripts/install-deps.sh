@@ -14,6 +14,8 @@ packages=(
   postgresql-15 libpq-dev
   # CLI parsing, metrics checks, package checks, Python bindings
   libcli11-dev prometheus lintian python3-pytest
+  # the C API's Python package (pip install ./python, offline) and Rust example
+  python3-pip python3-setuptools cargo
   # grpcprobe, the grpcurl stand-in the reflection test uses
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
 )

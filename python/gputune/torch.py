@@ -1,0 +1,242 @@
+"""gputune.torch: dense layers that run the tuned execution.
+
+    import gputune.torch as gt
+    y = gt.dense(x, w)                 # == torch.nn.functional.linear(x, w)
+
+For CUDA bf16 tensors (x[..., K] and w[N, K], contiguous, on one device) the
+key dense_bf16/<phase>/<role>/m=M/k=K/n=N@<candidate_set> is looked up
+(answered from the memo after the first time) and its execution runs through
+libgputune's replay (gputune_dense_run) on torch.cuda.current_stream(); a
+MISS runs cuBLASLt's default through the same replay. Anything else, or when
+the daemon, the replay or the execution is not usable, runs
+torch.nn.functional.linear instead; the reason is logged once (logger
+"gputune.torch"). Tuning never blocks: with tune_misses=True a MISS is sent
+to the daemon to tune in the background (once per key).
+
+phase is "decode" for M <= decode_max_tokens (64) and "prefill" above.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Dict, Optional, Set, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ._errors import Error
+from .client import Client, Key, LookupResult
+from .dense import DenseRunner
+
+__all__ = ["TunedDense", "dense", "swap_linears"]
+
+_log = logging.getLogger("gputune.torch")
+
+
+class TunedDense:
+    """The dense op with its client, keys and per-thread replay runners.
+    Thread-safe; one instance is meant to serve a process."""
+
+    def __init__(
+        self,
+        client: Optional[Client] = None,
+        *,
+        candidate_set: str = "cs1",
+        tune_misses: bool = False,
+        decode_max_tokens: int = 64,
+    ) -> None:
+        self._client = client
+        self.candidate_set = candidate_set
+        self.tune_misses = tune_misses
+        self.decode_max_tokens = decode_max_tokens
+        self._lock = threading.Lock()
+        self._keys: Dict[Tuple[str, int, int, int], Key] = {}
+        self._asked: Set[Key] = set()
+        self._said: Set[str] = set()
+        self._local = threading.local()  # .runners: device -> runner or error
+
+    # --- helpers ---------------------------------------------------------------
+
+    def _once(self, why: str) -> None:
+        if why not in self._said:
+            self._said.add(why)
+            _log.warning("%s", why)
+
+    def client(self) -> Optional[Client]:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    try:
+                        self._client = Client()
+                    except Error as e:  # bad options: nothing to look up
+                        self._once(f"gputune: no client ({e}); running torch's linear")
+                        return None
+        return self._client
+
+    def key(self, role: str, m: int, k: int, n: int) -> Key:
+        cache_key = (role, m, k, n)
+        key = self._keys.get(cache_key)
+        if key is None:
+            phase = "decode" if m <= self.decode_max_tokens else "prefill"
+            key = Key.dense(phase, role, m=m, k=k, n=n, candidate_set=self.candidate_set)
+            self._keys[cache_key] = key
+        return key
+
+    def _runner(self, device: torch.device) -> Optional[DenseRunner]:
+        runners = getattr(self._local, "runners", None)
+        if runners is None:
+            runners = self._local.runners = {}
+        if device.index not in runners:
+            try:
+                with torch.cuda.device(device):
+                    runners[device.index] = DenseRunner()
+            except Error as e:
+                self._once(f"gputune: cannot replay here ({e}); running torch's linear")
+                runners[device.index] = None
+        return runners[device.index]
+
+    def _lookup(self, key: Key) -> Optional[LookupResult]:
+        client = self.client()
+        if client is None:
+            return None
+        try:
+            r = client.lookup(key)
+        except Error as e:  # daemon down or slow: defaults, never an error
+            self._once(f"gputune: lookup failed ({e}); running defaults")
+            return None
+        if not r.hit and self.tune_misses and key not in self._asked:
+            self._asked.add(key)
+            try:
+                client.tune_dense(key, wait=False)
+            except Error as e:
+                self._once(f"gputune: cannot ask the daemon to tune {key} ({e})")
+        return r
+
+    # --- the op ----------------------------------------------------------------
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        out: Optional[torch.Tensor] = None,
+        *,
+        role: str = "linear",
+    ) -> torch.Tensor:
+        """y = x @ w.T, shaped x.shape[:-1] + (N,); into `out` if given."""
+        usable = (
+            x.is_cuda
+            and w.is_cuda
+            and x.device == w.device
+            and x.dtype == torch.bfloat16
+            and w.dtype == torch.bfloat16
+            and w.dim() == 2
+            and x.dim() >= 1
+            and x.shape[-1] == w.shape[1]
+            and x.numel() > 0
+            and x.is_contiguous()
+            and w.is_contiguous()
+        )
+        n, k = (w.shape[0], w.shape[1]) if w.dim() == 2 else (0, 0)
+        shape = (*x.shape[:-1], n)
+        if usable and out is not None:
+            usable = (
+                out.shape == shape
+                and out.dtype == torch.bfloat16
+                and out.device == x.device
+                and out.is_contiguous()
+            )
+        runner = self._runner(x.device) if usable else None
+        if runner is None:
+            return _linear(x, w, out)
+        m = x.numel() // k
+        key = self.key(role, m, k, n)
+        r = self._lookup(key)
+        hit = r is not None and r.hit
+        y = out if out is not None else torch.empty(shape, dtype=torch.bfloat16, device=x.device)
+        ws_bytes = r.execution.workspace_bytes if hit else 0
+        ws = _workspace(self._local, x.device, ws_bytes)
+        try:
+            run = runner.run(
+                r if hit else None,
+                m=m,
+                n=n,
+                k=k,
+                x=x.data_ptr(),
+                w=w.data_ptr(),
+                y=y.data_ptr(),
+                stream=torch.cuda.current_stream(x.device).cuda_stream,
+                workspace=ws.data_ptr() if ws is not None else 0,
+                workspace_bytes=ws_bytes,
+            )
+        except Error as e:
+            self._once(f"gputune: replay of {key} failed ({e}); running torch's linear")
+            return _linear(x, w, out)
+        if run.fell_back:
+            self._once(f"gputune: {key}: {run.reason}")
+        return y
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+    y = F.linear(x, w)
+    if out is None:
+        return y
+    out.copy_(y)
+    return out
+
+
+def _workspace(local: threading.local, device: torch.device, size: int) -> Optional[torch.Tensor]:
+    """A per-thread, per-device scratch buffer of at least `size` bytes."""
+    if size == 0:
+        return None
+    buffers = getattr(local, "workspaces", None)
+    if buffers is None:
+        buffers = local.workspaces = {}
+    buf = buffers.get(device.index)
+    if buf is None or buf.numel() < size:
+        buf = buffers[device.index] = torch.empty(size, dtype=torch.uint8, device=device)
+    return buf
+
+
+_default: Optional[TunedDense] = None
+_default_lock = threading.Lock()
+
+
+def _default_dense() -> TunedDense:
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = TunedDense()
+    return _default
+
+
+def dense(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    out: Optional[torch.Tensor] = None,
+    *,
+    role: str = "linear",
+) -> torch.Tensor:
+    """x @ w.T with the tuned execution (see the module's doc), through one
+    TunedDense per process on the default client ($GPUTUNE_ENDPOINT or
+    gpu0's daemon)."""
+    return _default_dense()(x, w, out, role=role)
+
+
+def swap_linears(model: torch.nn.Module, op: Optional[TunedDense] = None) -> int:
+    """Makes every torch.nn.Linear in `model` run through `op` (the process's
+    TunedDense by default), with its module name as the key's role; returns
+    how many were swapped. Bias is added after the dense op."""
+    op = op or _default_dense()
+    count = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+
+            def forward(x, module=module, role=name or "linear"):
+                y = op(x.contiguous(), module.weight, role=role)
+                return y + module.bias if module.bias is not None else y
+
+            module.forward = forward
+            count += 1
+    return count
