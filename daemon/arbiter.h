@@ -51,6 +51,8 @@
 
 namespace gputune {
 
+class DaemonMetrics;  // daemon/metrics.h
+
 struct ArbiterOptions {
   absl::Duration default_ttl = absl::Seconds(30);
   absl::Duration min_ttl = absl::Milliseconds(100);
@@ -59,6 +61,8 @@ struct ArbiterOptions {
   absl::Duration backoff_window = absl::Minutes(5);
   absl::Duration backoff_cooldown = absl::Minutes(1);
   uint64_t claim_id_block = 1024;  // ids reserved per durable write
+  DaemonMetrics* metrics =
+      nullptr;  // counts expiries and backoffs; may be null
 };
 
 // Durably reserves `count` fresh claim ids; returns the first.

@@ -16,140 +16,124 @@
 namespace gputune::ctl {
 namespace {
 
-const FlagSpec kOp{
-    "op", "OP", "only entries of this op (dense_bf16, or a custom op)", {}};
-const FlagSpec kPhase{"phase",
-                      "PHASE",
-                      "only prefill or only decode entries",
-                      {"prefill", "decode"}};
-const FlagSpec kRole{
-    "role", "ROLE", "only entries of this role (e.g. attn.qkv)", {}};
-const FlagSpec kState{
-    "state", "STATE", "only HIT or only STALE entries", {"hit", "stale"}};
+CommandSpec Cmd(std::string name, std::string args, std::string summary,
+                std::string description, std::vector<FlagSpec> flags,
+                bool names_daemon = false, std::string complete = "") {
+  return CommandSpec{std::move(name),    std::move(args),
+                     std::move(summary), std::move(description),
+                     std::move(flags),   names_daemon,
+                     std::move(complete)};
+}
 
 std::vector<CommandSpec> MakeCommands() {
+  // The entry filter of list, delete and export.
+  const FlagSpec kOp{
+      "op", "OP", "only entries of this op (dense_bf16, or a custom op)", {}};
+  const FlagSpec kPhase{"phase",
+                        "PHASE",
+                        "only prefill or only decode entries",
+                        {"prefill", "decode"}};
+  const FlagSpec kRole{
+      "role", "ROLE", "only entries of this role (e.g. attn.qkv)", {}};
+  const FlagSpec kState{
+      "state", "STATE", "only HIT or only STALE entries", {"hit", "stale"}};
   return {
-      {"status",
-       "",
-       "the daemon: device, database, claims, queue",
-       "Shows which daemon answers (version, socket, uptime), its backend and "
-       "device, the database (entries, stale entries), the benchmark queue "
-       "and the live claims.",
-       {}},
-      {"list",
-       "",
-       "entries, a page at a time",
-       "Lists the entries in key order, --limit at a time; the next page's "
-       "token is printed on stderr, or --all follows every page.",
-       {kOp,
-        kPhase,
-        kRole,
-        kState,
-        {"limit", "N", "entries per page (default 100)", {}},
-        {"page-token", "TOKEN", "continue where the last page ended", {}},
-        {"all", "", "follow every page", {}},
-        {"with-measurements",
-         "",
-         "fetch every candidate's measurements (--json)",
-         {}}}},
-      {"get",
-       "KEY",
-       "one entry with every candidate's measurements",
-       "Prints the entry for KEY with every measured candidate. A key that is "
-       "being tuned has no entry yet: get says PENDING and who holds it "
-       "(exit 6).",
-       {}},
-      {"delete",
-       "[KEY...]",
-       "delete entries: KEYs, a filter or --all",
-       "Deletes the named KEYs, or every entry the filter matches, or (with "
-       "--all) every entry. It first says which daemon it acts on (device and "
-       "socket). --all asks for confirmation on a terminal and needs --yes "
-       "otherwise.",
-       {kOp,
-        kPhase,
-        kRole,
-        kState,
-        {"all", "", "delete every entry", {}},
-        {"yes", "", "do not ask before deleting every entry", {}}},
-       /*names_daemon=*/true},
-      {"export",
-       "FILE",
-       "every entry as JSON lines ('-': stdout)",
-       "Writes every entry matching the filter, with its measurements and "
-       "provenance, one gputune.v1.Entry in protobuf JSON per line. FILE is "
-       "written next to itself and renamed, so a failed export leaves nothing "
-       "behind.",
-       {kOp, kPhase, kRole, kState},
-       false,
-       "file"},
-      {"import",
-       "FILE",
-       "entries from an export ('-': stdin)",
-       "Reads an export and imports every entry, replacing those with the "
-       "same keys. Every line is checked first: nothing is imported if one is "
-       "bad. It first says which daemon it acts on.",
-       {},
-       /*names_daemon=*/true,
-       "file"},
-      {"claim",
-       "KEY",
-       "hold a key: nobody tunes it until the lease ends",
-       "Claims KEY for --ttl. The claim outlives gputunectl: nobody renews "
-       "it, and it ends when the lease runs out or with `abandon`.",
-       {{"ttl", "DURATION", "lease length (default 30s)", {}},
-        {"holder", "TEXT", "who holds it, as status shows", {}}}},
-      {"abandon",
-       "CLAIM_ID",
-       "give up a claim (status lists them)",
-       "Abandons a live claim; the key becomes MISS again, or BACKOFF after "
-       "repeated failures. It first says which daemon it acts on.",
-       {{"reason", "TEXT", "why, for the daemon's log", {}}},
-       /*names_daemon=*/true},
-      {"tune",
-       "KEY",
-       "let the daemon benchmark a dense_bf16 key",
-       "Starts the daemon's benchmark job for KEY and follows it: on a "
-       "terminal one live line (candidates done/total, elapsed time), "
-       "otherwise a line per change, then the entry. The job runs in the "
-       "daemon: interrupting gputunectl (Ctrl-C) leaves it running.",
-       {{"no-wait", "", "start the job and return at once", {}},
-        {"poll",
-         "DURATION",
-         "how often to ask for progress (default 250ms)",
-         {}}}},
-      {"backup",
-       "PATH",
-       "a consistent copy of the database",
-       "Writes a consistent copy of the database to PATH (VACUUM INTO). PATH "
-       "must be absolute, must not exist, and its directory must exist and be "
-       "writable by the daemon's user (gputune).",
-       {},
-       false,
-       "file"},
-      {"log-level",
-       "[LEVEL]",
-       "the daemon's log level and autotune log",
-       "Sets the daemon's log level (trace, debug, info, warn, error, "
-       "critical, off) and/or the autotune log.",
-       {{"autotune-log",
-         "LEVEL",
-         "the autotune log",
-         {"disabled", "minimal", "full"}}}},
-      {"metrics",
-       "",
-       "the daemon's counters in Prometheus text format",
-       "Prints the metrics the daemon writes to --metrics_textfile, in the "
-       "Prometheus text exposition format.",
-       {}},
-      {"help",
-       "[COMMAND]",
-       "this overview, or one command's help",
-       "Prints the overview of commands, or the help of COMMAND (the same as "
-       "gputunectl COMMAND --help).",
-       {},
-       false,
-       "command"},
+      Cmd("status", "", "the daemon: device, database, claims, queue",
+          "Shows which daemon answers (version, socket, uptime), its backend "
+          "and "
+          "device, the database (entries, stale entries), the benchmark queue "
+          "and the live claims.",
+          {}),
+      Cmd("list", "", "entries, a page at a time",
+          "Lists the entries in key order, --limit at a time; the next page's "
+          "token is printed on stderr, or --all follows every page.",
+          {kOp,
+           kPhase,
+           kRole,
+           kState,
+           {"limit", "N", "entries per page (default 100)", {}},
+           {"page-token", "TOKEN", "continue where the last page ended", {}},
+           {"all", "", "follow every page", {}},
+           {"with-measurements",
+            "",
+            "fetch every candidate's measurements (--json)",
+            {}}}),
+      Cmd("get", "KEY", "one entry with every candidate's measurements",
+          "Prints the entry for KEY with every measured candidate. A key that "
+          "is "
+          "being tuned has no entry yet: get says PENDING and who holds it "
+          "(exit 6).",
+          {}),
+      Cmd("delete", "[KEY...]", "delete entries: KEYs, a filter or --all",
+          "Deletes the named KEYs, or every entry the filter matches, or (with "
+          "--all) every entry. It first says which daemon it acts on (device "
+          "and "
+          "socket). --all asks for confirmation on a terminal and needs --yes "
+          "otherwise.",
+          {kOp,
+           kPhase,
+           kRole,
+           kState,
+           {"all", "", "delete every entry", {}},
+           {"yes", "", "do not ask before deleting every entry", {}}},
+          /*names_daemon=*/true),
+      Cmd("export", "FILE", "every entry as JSON lines ('-': stdout)",
+          "Writes every entry matching the filter, with its measurements and "
+          "provenance, one gputune.v1.Entry in protobuf JSON per line. FILE is "
+          "written next to itself and renamed, so a failed export leaves "
+          "nothing "
+          "behind.",
+          {kOp, kPhase, kRole, kState}, false, "file"),
+      Cmd("import", "FILE", "entries from an export ('-': stdin)",
+          "Reads an export and imports every entry, replacing those with the "
+          "same keys. Every line is checked first: nothing is imported if one "
+          "is "
+          "bad. It first says which daemon it acts on.",
+          {},
+          /*names_daemon=*/true, "file"),
+      Cmd("claim", "KEY", "hold a key: nobody tunes it until the lease ends",
+          "Claims KEY for --ttl. The claim outlives gputunectl: nobody renews "
+          "it, and it ends when the lease runs out or with `abandon`.",
+          {{"ttl", "DURATION", "lease length (default 30s)", {}},
+           {"holder", "TEXT", "who holds it, as status shows", {}}}),
+      Cmd("abandon", "CLAIM_ID", "give up a claim (status lists them)",
+          "Abandons a live claim; the key becomes MISS again, or BACKOFF after "
+          "repeated failures. It first says which daemon it acts on.",
+          {{"reason", "TEXT", "why, for the daemon's log", {}}},
+          /*names_daemon=*/true),
+      Cmd("tune", "KEY", "let the daemon benchmark a dense_bf16 key",
+          "Starts the daemon's benchmark job for KEY and follows it: on a "
+          "terminal one live line (candidates done/total, elapsed time), "
+          "otherwise a line per change, then the entry. The job runs in the "
+          "daemon: interrupting gputunectl (Ctrl-C) leaves it running.",
+          {{"no-wait", "", "start the job and return at once", {}},
+           {"poll",
+            "DURATION",
+            "how often to ask for progress (default 250ms)",
+            {}}}),
+      Cmd("backup", "PATH", "a consistent copy of the database",
+          "Writes a consistent copy of the database to PATH (VACUUM INTO). "
+          "PATH "
+          "must be absolute, must not exist, and its directory must exist and "
+          "be "
+          "writable by the daemon's user (gputune).",
+          {}, false, "file"),
+      Cmd("log-level", "[LEVEL]", "the daemon's log level and autotune log",
+          "Sets the daemon's log level (trace, debug, info, warn, error, "
+          "critical, off) and/or the autotune log.",
+          {{"autotune-log",
+            "LEVEL",
+            "the autotune log",
+            {"disabled", "minimal", "full"}}}),
+      Cmd("metrics", "", "the daemon's counters in Prometheus text format",
+          "Prints the metrics the daemon writes to --metrics_textfile, in the "
+          "Prometheus text exposition format.",
+          {}),
+      Cmd("help", "[COMMAND]", "this overview, or one command's help",
+          "Prints the overview of commands, or the help of COMMAND (the same "
+          "as "
+          "gputunectl COMMAND --help).",
+          {}, false, "command"),
   };
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/gputunectl/commands.h"
 #include "client/gputunectl/entry_io.h"
 #include "proto/key_format.h"
@@ -32,8 +33,8 @@ std::string Progress(const v1::GetStatusResponse& status, const v1::Key& key,
       KeyId(status.running_job().key()) == KeyId(key)) {
     const v1::JobInfo& job = status.running_job();
     if (job.has_started_at()) since = FromProto(job.started_at());
-    const std::string elapsed = absl::FormatDuration(
-        absl::Trunc(absl::Now() - since, absl::Milliseconds(100)));
+    const std::string elapsed = absl::StrFormat(
+        "%.1fs elapsed", absl::ToDoubleSeconds(absl::Now() - since));
     if (job.candidates_total() == 0) {
       return absl::StrCat("benchmarking: enumerating candidates, ", elapsed);
     }
