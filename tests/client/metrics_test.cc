@@ -123,6 +123,11 @@ TEST_CASE("metrics count a scripted workload, in the file and via gputunectl") {
     lapsing->Release();  // nobody renews it: it expires
     REQUIRE(Eventually(
         [&] { return client->Lookup(c)->state() == v1::KEY_STATE_MISS; }));
+    // Lookups see the lapse at once; the sweeper ends the claim (and counts
+    // it) within 100 ms.
+    REQUIRE(Eventually([&] {
+      return moved(Samples(metrics()), "gputune_claims_expired_total") == 1;
+    }));
   }
   // Lookups of c while waiting: counted as MISS or PENDING, read below.
   absl::StatusOr<v1::KeyStatus> tuned =
