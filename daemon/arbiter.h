@@ -1,7 +1,7 @@
 // Arbiter: decides, for every key, who tunes it. It holds the in-memory index
 // of entries (the hot path: Lookup never touches SQLite) and the live claims.
 //
-// Per key the state is one of (DESIGN.md "Key states and arbitration"):
+// Per key the state is one of (docs/design.md, "Key states and arbitration"):
 //   HIT      an entry tuned for the asker's candidate set on this device
 //   PENDING  a live claim (lease not expired, or a Record being persisted)
 //   BACKOFF  abandoned backoff_abandons times within backoff_window: no claims

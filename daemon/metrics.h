@@ -133,7 +133,7 @@ class MetricsRegistry {
   std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
 };
 
-// The daemon's metrics (docs/operations.md lists them). Every series carries
+// The daemon's metrics (docs/metrics.md lists them). Every series carries
 // device="<--device>" and, when the backend knows it, uuid="<GPU UUID>".
 class DaemonMetrics {
  public:

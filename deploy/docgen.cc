@@ -6,19 +6,12 @@
 #include <iostream>
 #include <string>
 
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/gputunectl/cli.h"
 #include "daemon/config.h"
 
 namespace {
-
-std::string Roff(absl::string_view text) {
-  std::string out = absl::StrReplaceAll(text, {{"\\", "\\e"}, {"-", "\\-"}});
-  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out.insert(0, "\\&");
-  return out;
-}
 
 // gputuned.8: every setting of ConfigHelp() ("  --name" then its indented
 // help) as a tagged paragraph.
@@ -40,10 +33,13 @@ std::string GputunedPage() {
       "backends built, and exit.\n";
   for (absl::string_view line : absl::StrSplit(gputune::ConfigHelp(), '\n')) {
     if (absl::StartsWith(line, "  --")) {
-      absl::StrAppend(&out, ".TP\n.B ", Roff(absl::StripAsciiWhitespace(line)),
-                      "\n");
+      absl::StrAppend(
+          &out, ".TP\n.B ",
+          gputune::ctl::RoffEscape(absl::StripAsciiWhitespace(line)), "\n");
     } else if (absl::StartsWith(line, "      ")) {
-      absl::StrAppend(&out, Roff(absl::StripAsciiWhitespace(line)), "\n");
+      absl::StrAppend(
+          &out, gputune::ctl::RoffEscape(absl::StripAsciiWhitespace(line)),
+          "\n");
     }
   }
   absl::StrAppend(&out,

@@ -350,13 +350,6 @@ constexpr char kEndpointHelp[] =
     "else $GPUTUNE_ENDPOINT, else GPU 0's. An explicit flag always wins over\n"
     "the environment.\n";
 
-// troff: escapes backslashes and dashes, and guards a leading dot.
-std::string Roff(absl::string_view text) {
-  std::string out = absl::StrReplaceAll(text, {{"\\", "\\e"}, {"-", "\\-"}});
-  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out.insert(0, "\\&");
-  return out;
-}
-
 }  // namespace
 
 const std::vector<FlagSpec>& GlobalFlags() {
@@ -584,19 +577,20 @@ std::string ManPage() {
       "over its unix socket: it lists, shows, deletes, exports and imports "
       "tuning entries, claims keys, starts benchmark jobs and administers the "
       "daemon.\n.PP\n";
-  absl::StrAppend(&out, Roff(absl::StrReplaceAll(kEndpointHelp, {{"\n", " "}})),
+  absl::StrAppend(&out,
+                  RoffEscape(absl::StrReplaceAll(kEndpointHelp, {{"\n", " "}})),
                   "\n.SH COMMANDS\n");
   auto flags = [&](const std::vector<FlagSpec>& list) {
     for (const FlagSpec& f : list) {
-      absl::StrAppend(&out, ".TP\n.B ", Roff(FlagSynopsis(f)), "\n",
-                      Roff(f.help + FlagChoices(f)), "\n");
+      absl::StrAppend(&out, ".TP\n.B ", RoffEscape(FlagSynopsis(f)), "\n",
+                      RoffEscape(f.help + FlagChoices(f)), "\n");
     }
   };
   for (const CommandSpec& c : Commands()) {
-    absl::StrAppend(&out, ".SS ", Roff(c.name),
-                    c.args.empty() ? "" : " " + Roff(c.args), "\n");
+    absl::StrAppend(&out, ".SS ", RoffEscape(c.name),
+                    c.args.empty() ? "" : " " + RoffEscape(c.args), "\n");
     for (absl::string_view paragraph : absl::StrSplit(c.description, "\n\n")) {
-      absl::StrAppend(&out, Roff(paragraph), "\n.PP\n");
+      absl::StrAppend(&out, RoffEscape(paragraph), "\n.PP\n");
     }
     if (!c.flags.empty()) {
       absl::StrAppend(&out, ".RS\n");
@@ -606,13 +600,19 @@ std::string ManPage() {
   }
   absl::StrAppend(&out, ".SH GLOBAL FLAGS\n");
   flags(GlobalFlags());
-  absl::StrAppend(&out, ".SH KEYS\n.nf\n", Roff(kKeyHelp), ".fi\n",
+  absl::StrAppend(&out, ".SH KEYS\n.nf\n", RoffEscape(kKeyHelp), ".fi\n",
                   ".SH ENVIRONMENT\n.TP\n.B GPUTUNE_ENDPOINT\nThe daemon to "
                   "talk to when neither \\-\\-endpoint nor \\-\\-device is "
                   "given.\n",
                   ".SH EXIT STATUS\n",
-                  Roff(absl::StrReplaceAll(kExitHelp, {{"\n", " "}})),
+                  RoffEscape(absl::StrReplaceAll(kExitHelp, {{"\n", " "}})),
                   "\n.SH SEE ALSO\n.BR gputuned (8)\n");
+  return out;
+}
+
+std::string RoffEscape(absl::string_view text) {
+  std::string out = absl::StrReplaceAll(text, {{"\\", "\\e"}, {"-", "\\-"}});
+  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out.insert(0, "\\&");
   return out;
 }
 

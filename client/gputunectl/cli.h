@@ -96,6 +96,9 @@ std::string CommandHelp(const CommandSpec& command);
 std::string ManPage();
 // A bash completion script for gputunectl, from the same table.
 std::string BashCompletion();
+// `text` for a troff (man page) line: backslashes and dashes escaped, a
+// leading dot or quote guarded.
+std::string RoffEscape(absl::string_view text);
 
 }  // namespace gputune::ctl
 

@@ -200,16 +200,16 @@ absl::StatusOr<Target> ResolveTarget(const CommandLine& cl, const char* env) {
 
 namespace {
 
-// "gputuned at unix:///run/gputuned/gpu1.sock (chosen by --device=1): NVIDIA
-// H200 GPU-..., 120 entries"; asks the daemon.
+// "gputuned at unix:///run/gputuned/gpu1.sock (chosen by --device=1): device
+// NVIDIA H200 GPU-..., 120 entries"; asks the daemon.
 absl::StatusOr<std::string> DescribeDaemon(Context& ctx) {
   absl::StatusOr<v1::GetStatusResponse> s = ctx.client.GetStatus();
   if (!s.ok()) return s.status();
   const v1::Fingerprint& fp = s->fingerprint();
   return absl::StrCat(
       "gputuned at ", ctx.client.endpoint(), " (chosen by ",
-      ctx.target.chosen_by,
-      "): ", fp.device_name().empty() ? s->backend() : fp.device_name(),
+      ctx.target.chosen_by, "): device ",
+      fp.device_name().empty() ? s->backend() : fp.device_name(),
       fp.device_uuid().empty() ? "" : " " + fp.device_uuid(), ", ",
       s->entries(), s->entries() == 1 ? " entry" : " entries");
 }
