@@ -295,7 +295,7 @@ TEST_CASE("unknown and misplaced flags are refused per command") {
           .exit_code == kExitOk);
 }
 
-TEST_CASE("--json prints every field, zero or not") {
+TEST_CASE("gputunectl --json prints every field, zero or not") {
   DaemonProcess daemon({"--backend=none"});
   CtlResult deleted = RunCtl(daemon, {"delete", kKey, "--json"});
   REQUIRE(deleted.out == "{\"deleted\":0}\n");
