@@ -9,6 +9,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "daemon/metrics.h"
 #include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
@@ -575,6 +576,7 @@ absl::StatusOr<Arbiter::AbandonResult> Arbiter::Abandon(uint64_t claim_id) {
         options_.backoff_abandons) {
       cooldown.backoff_until = now + options_.backoff_cooldown;
       backoff_keys_.insert(key_id);
+      if (options_.metrics) options_.metrics->BackoffEntered();
       cooldown.abandons.clear();
       response.set_state(v1::KEY_STATE_BACKOFF);
       *response.mutable_retry_after() = ToProto(cooldown.backoff_until);
@@ -671,6 +673,7 @@ void Arbiter::Sweep() {
       Slot& slot = slots_[it->second];
       if (!LeaseLive(*slot.lease, now)) {
         touched.push_back(it->second);
+        if (options_.metrics) options_.metrics->ClaimExpired();
         slot.lease.reset();
         claims_.erase(it++);
       } else {

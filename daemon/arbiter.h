@@ -1,7 +1,7 @@
 // Arbiter: decides, for every key, who tunes it. It holds the in-memory index
 // of entries (the hot path: Lookup never touches SQLite) and the live claims.
 //
-// Per key the state is one of (DESIGN.md "Key states and arbitration"):
+// Per key the state is one of (docs/design.md, "Key states and arbitration"):
 //   HIT      an entry tuned for the asker's candidate set on this device
 //   PENDING  a live claim (lease not expired, or a Record being persisted)
 //   BACKOFF  abandoned backoff_abandons times within backoff_window: no claims
@@ -51,6 +51,8 @@
 
 namespace gputune {
 
+class DaemonMetrics;  // daemon/metrics.h
+
 struct ArbiterOptions {
   absl::Duration default_ttl = absl::Seconds(30);
   absl::Duration min_ttl = absl::Milliseconds(100);
@@ -59,6 +61,8 @@ struct ArbiterOptions {
   absl::Duration backoff_window = absl::Minutes(5);
   absl::Duration backoff_cooldown = absl::Minutes(1);
   uint64_t claim_id_block = 1024;  // ids reserved per durable write
+  DaemonMetrics* metrics =
+      nullptr;  // counts expiries and backoffs; may be null
 };
 
 // Durably reserves `count` fresh claim ids; returns the first.

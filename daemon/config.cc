@@ -172,6 +172,13 @@ const std::vector<Option>& Options() {
       Dur("watchdog_interval",
           "sd_notify WATCHDOG=1 period (0: half of systemd's WatchdogSec)",
           &Config::watchdog_interval),
+      Text("metrics_textfile",
+           "write Prometheus metrics to this file (atomically) every "
+           "metrics_interval, e.g. /var/lib/prometheus/node-exporter/"
+           "gputune-gpu0.prom; empty: none",
+           &Config::metrics_textfile),
+      Dur("metrics_interval", "how often metrics_textfile is rewritten",
+          &Config::metrics_interval),
       OneOf("log_level", "trace | debug | info | warn | error | critical | off",
             &Config::log_level,
             {"trace", "debug", "info", "warn", "error", "critical", "off"}),

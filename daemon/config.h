@@ -70,6 +70,11 @@ struct Config {
   absl::Duration shutdown_grace = absl::Seconds(1);
   absl::Duration watchdog_interval = absl::ZeroDuration();  // 0: from systemd
 
+  // Metrics (daemon/metrics.h): the Prometheus text file written every
+  // metrics_interval, for node_exporter's textfile collector; empty: none.
+  std::string metrics_textfile;
+  absl::Duration metrics_interval = absl::Seconds(15);
+
   // Logging: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
 

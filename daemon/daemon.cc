@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "daemon/backend_factory.h"
 #include "daemon/logging.h"
+#include "daemon/metrics.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -22,6 +23,7 @@
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "spdlog/spdlog.h"
+#include "version/build_info.h"
 
 namespace gputune {
 namespace {
@@ -86,7 +88,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   }
   d->backend_ = std::move(choice.backend);
 
+  d->metrics_ = std::make_unique<DaemonMetrics>(DaemonMetrics::Identity{
+      config.device, info.fingerprint.device_uuid(), info.backend, kVersion,
+      std::string(BuildRevision())});
+  if (!info.database_quarantined_to.empty()) d->metrics_->DatabaseQuarantined();
   ArbiterOptions arbiter_options;
+  arbiter_options.metrics = d->metrics_.get();
   arbiter_options.default_ttl = config.lease_ttl;
   arbiter_options.max_ttl = config.max_lease_ttl;
   arbiter_options.backoff_abandons = config.backoff_abandons;
@@ -117,6 +124,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   malloc_trim(0);  // hand loading's transient pages back to the system
   d->store_executor_ = std::make_unique<SerialExecutor>();
   JobQueueOptions job_options;
+  job_options.metrics = d->metrics_.get();
   job_options.capacity = config.queue_capacity;
   job_options.job_timeout = config.job_timeout;
   job_options.lease_ttl = config.max_lease_ttl;
@@ -132,6 +140,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       d->store_executor_.get(), &d->clock_);
   d->admin_service_ = std::make_unique<AdminServiceImpl>(
       d->store_.get(), d->jobs_.get(), d->store_executor_.get());
+  d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
+  d->admin_service_->set_metrics(d->metrics_.get());
 
   const std::string socket_path = UnixPath(config.listen);
   if (!socket_path.empty()) {
@@ -149,6 +159,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(d->tune_service_.get());
   builder.RegisterService(d->admin_service_.get());
+  builder.experimental().SetInterceptorCreators(
+      d->metrics_->InterceptorFactories());
   d->server_ = builder.BuildAndStart();
   if (!d->server_ || (socket_path.empty() && port == 0)) {
     return absl::UnavailableError(absl::StrCat(
@@ -164,6 +176,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   if (d->server_->GetHealthCheckService())
     d->server_->GetHealthCheckService()->SetServingStatus(true);
 
+  if (!config.metrics_textfile.empty()) {
+    d->metrics_writer_ = std::make_unique<MetricsTextfileWriter>(
+        d->metrics_.get(), config.metrics_textfile, config.metrics_interval);
+  }
   Daemon* raw = d.get();
   d->sweeper_ = std::thread([raw] {
     while (!raw->stopping_.load()) {
@@ -185,6 +201,7 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("gputuned shutting down");
+  metrics_writer_.reset();  // writes the last values while all is there
   if (server_ && server_->GetHealthCheckService())
     server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();

@@ -19,6 +19,7 @@
 #include "daemon/clock.h"
 #include "daemon/config.h"
 #include "daemon/job_queue.h"
+#include "daemon/metrics.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
 #include "grpcpp/server.h"
@@ -63,6 +64,8 @@ class Daemon {
   Config config_;
   DaemonInfo info_;
   RealClock clock_;
+  // Before everything that reports into it (destroyed after them).
+  std::unique_ptr<DaemonMetrics> metrics_;
   std::unique_ptr<storage::TuneStore> store_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Arbiter> arbiter_;
@@ -76,6 +79,7 @@ class Daemon {
   std::atomic<int64_t> sweeps_{0};
   int64_t last_alive_sweeps_ = -1;
   bool shut_down_ = false;
+  std::unique_ptr<MetricsTextfileWriter> metrics_writer_;  // reads the rest
 };
 
 }  // namespace gputune

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/logging.h"
+#include "daemon/metrics.h"
 #include "proto/execution_convert.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
@@ -427,6 +428,9 @@ void JobQueue::Run(Job& job) {
   {
     absl::MutexLock lock(&mu_);
     (result.ok() ? completed_ : failed_)++;
+    if (options_.metrics)
+      options_.metrics->JobFinished(result.ok(),
+                                    clock_->Now() - running_since_);
   }
   Finish(job.key_id, result);
 }

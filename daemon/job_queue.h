@@ -51,6 +51,8 @@
 
 namespace gputune {
 
+class DaemonMetrics;  // daemon/metrics.h
+
 struct JobQueueOptions {
   int capacity = 256;
   kernels::TuneOptions tune;
@@ -58,6 +60,7 @@ struct JobQueueOptions {
   absl::Duration job_timeout = absl::Minutes(2);
   // Lease the daemon takes for its own jobs (renewed while they run).
   absl::Duration lease_ttl = absl::Hours(1);
+  DaemonMetrics* metrics = nullptr;  // counts jobs and their time; may be null
 };
 
 class JobQueue {

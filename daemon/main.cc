@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "daemon/logging.h"
 #include "daemon/notifier.h"
 #include "spdlog/spdlog.h"
+#include "version/build_info.h"
 
 int main(int argc, char** argv) {
   // Debian builds Abseil with mutex deadlock detection on; its bookkeeping
@@ -21,6 +23,10 @@ int main(int argc, char** argv) {
   // run with it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+    std::cout << gputune::VersionLine("gputuned") << "\n";
+    return 0;
+  }
   absl::StatusOr<gputune::Config> config = gputune::ParseConfig(
       args, [](const char* name) { return std::getenv(name); });
   if (!config.ok()) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "daemon/logging.h"
+#include "daemon/metrics.h"
 #include "kernels/engine.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
@@ -747,6 +748,16 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
     response->set_autotune_log(
         std::string(kernels::AutotuneLogName(jobs_->autotune_log())));
   }
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetMetrics(
+    grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest*,
+    v1::GetMetricsResponse* response) {
+  if (metrics_ == nullptr) {
+    return Done(ctx, absl::UnavailableError("metrics are not set up yet"));
+  }
+  response->set_text(metrics_->Render());
   return Done(ctx, absl::OkStatus());
 }
 

@@ -26,6 +26,8 @@
 namespace gputune {
 
 // What GetStatus reports about the daemon itself.
+class DaemonMetrics;  // daemon/metrics.h
+
 struct DaemonInfo {
   std::string version;
   absl::Time started_at;
@@ -129,11 +131,17 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* SetLogLevel(
       grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
       v1::SetLogLevelResponse* response) override;
+  // The metrics' text (daemon/metrics.h); UNAVAILABLE until set_metrics.
+  grpc::ServerUnaryReactor* GetMetrics(
+      grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* request,
+      v1::GetMetricsResponse* response) override;
+  void set_metrics(const DaemonMetrics* metrics) { metrics_ = metrics; }
 
  private:
   storage::TuneStore* const store_;
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
+  const DaemonMetrics* metrics_ = nullptr;  // set before serving
 };
 
 }  // namespace gputune

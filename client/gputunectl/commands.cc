@@ -1,6 +1,11 @@
 #include "client/gputunectl/commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 
 #include "absl/strings/ascii.h"
@@ -10,18 +15,28 @@
 #include "client/gputunectl/entry_io.h"
 #include "client/gputunectl/table.h"
 #include "proto/key_format.h"
+#include "version/build_info.h"
 
 namespace gputune::ctl {
 namespace {
 
 using CommandFn = int (*)(Context&);
 
-const std::map<std::string, CommandFn>& Commands() {
+// The bodies of the commands in cli.cc's table.
+const std::map<std::string, CommandFn>& Bodies() {
   static const auto* commands = new std::map<std::string, CommandFn>{
-      {"status", RunStatus}, {"list", RunList},          {"get", RunGet},
-      {"delete", RunDelete}, {"export", RunExport},      {"import", RunImport},
-      {"claim", RunClaim},   {"abandon", RunAbandon},    {"tune", RunTune},
-      {"backup", RunBackup}, {"log-level", RunLogLevel},
+      {"status", RunStatus},
+      {"list", RunList},
+      {"get", RunGet},
+      {"delete", RunDelete},
+      {"export", RunExport},
+      {"import", RunImport},
+      {"claim", RunClaim},
+      {"abandon", RunAbandon},
+      {"tune", RunTune},
+      {"backup", RunBackup},
+      {"log-level", RunLogLevel},
+      {"metrics", RunMetrics},
   };
   return *commands;
 }
@@ -29,13 +44,24 @@ const std::map<std::string, CommandFn>& Commands() {
 }  // namespace
 
 int Fail(Context& ctx, absl::string_view doing, const absl::Status& status) {
+  // gRPC says only "failed to connect" when the socket refuses this user:
+  // check the socket ourselves.
+  absl::string_view path = ctx.client.endpoint();
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      absl::ConsumePrefix(&path, "unix://") &&
+      access(std::string(path).c_str(), R_OK | W_OK) != 0 && errno == EACCES) {
+    ctx.err << "gputunectl: " << doing << ": permission denied: join group "
+            << "gputune to use " << path
+            << " (sudo usermod -aG gputune $USER, then log in again)\n";
+    return kExitError;
+  }
   ctx.err << "gputunectl: " << doing << ": " << status.message() << "\n";
   return ExitCodeFor(status);
 }
 
 int UsageError(Context& ctx, absl::string_view message) {
-  ctx.err << "gputunectl: " << message
-          << "\n(gputunectl --help lists commands and flags)\n";
+  ctx.err << "gputunectl: " << message << "\n(gputunectl help "
+          << ctx.cl.command << " shows its arguments and flags)\n";
   return kExitUsage;
 }
 
@@ -67,6 +93,22 @@ absl::StatusOr<v1::EntryFilter> FilterFromFlags(const CommandLine& cl) {
     }
   }
   return filter;
+}
+
+int ExplainPending(Context& ctx, const v1::Key& key) {
+  absl::StatusOr<LookupResult> now = ctx.client.Lookup(key);
+  if (!now.ok() || now->state() != v1::KEY_STATE_PENDING) return -1;
+  const v1::ClaimInfo& claim = now->status().claim();
+  if (ctx.json) {
+    ctx.out << ToJson(now->status(), /*pretty=*/true) << "\n";
+  } else {
+    ctx.err << "gputunectl: " << KeyText(key)
+            << ": PENDING, no entry yet: being tuned by '" << claim.holder()
+            << "' (claim " << claim.claim_id() << ", lease until "
+            << ShortTime(claim.lease_deadline())
+            << " UTC); gputunectl status shows the progress\n";
+  }
+  return kExitConflict;
 }
 
 void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
@@ -140,45 +182,122 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   m.Print(ctx.out);
 }
 
+Terminal Terminal::Process() {
+  return Terminal{&std::cin, isatty(STDIN_FILENO) == 1,
+                  isatty(STDERR_FILENO) == 1};
+}
+
+absl::StatusOr<Target> ResolveTarget(const CommandLine& cl, const char* env) {
+  const std::string endpoint = cl.Get("endpoint");
+  if (!endpoint.empty() && cl.Has("device")) {
+    return absl::InvalidArgumentError(
+        "--endpoint and --device both name a daemon: give one");
+  }
+  if (!endpoint.empty()) return Target{endpoint, "--endpoint"};
+  if (cl.Has("device")) {
+    absl::StatusOr<int> device = IntFlag(cl, "device", 0);
+    if (!device.ok()) return device.status();
+    return Target{DefaultEndpoint(*device), absl::StrCat("--device=", *device)};
+  }
+  if (env != nullptr && *env != '\0') return Target{env, "$GPUTUNE_ENDPOINT"};
+  return Target{DefaultEndpoint(0), "the default (GPU 0)"};
+}
+
+namespace {
+
+// "gputuned at unix:///run/gputuned/gpu1.sock (chosen by --device=1): device
+// NVIDIA H200 GPU-..., 120 entries"; asks the daemon.
+absl::StatusOr<std::string> DescribeDaemon(Context& ctx) {
+  absl::StatusOr<v1::GetStatusResponse> s = ctx.client.GetStatus();
+  if (!s.ok()) return s.status();
+  const v1::Fingerprint& fp = s->fingerprint();
+  return absl::StrCat(
+      "gputuned at ", ctx.client.endpoint(), " (chosen by ",
+      ctx.target.chosen_by, "): device ",
+      fp.device_name().empty() ? s->backend() : fp.device_name(),
+      fp.device_uuid().empty() ? "" : " " + fp.device_uuid(), ", ",
+      s->entries(), s->entries() == 1 ? " entry" : " entries");
+}
+
+// Names the daemon a destructive command acts on, and for `delete --all`
+// asks on a terminal (and wants --yes otherwise). Returns an exit code to
+// stop with, or -1 to go on.
+int BeforeDestructive(Context& ctx) {
+  absl::StatusOr<std::string> daemon = DescribeDaemon(ctx);
+  if (!daemon.ok()) return Fail(ctx, ctx.cl.command, daemon.status());
+  ctx.err << "gputunectl: " << ctx.cl.command << " on " << *daemon << "\n";
+  const bool delete_all =
+      ctx.cl.command == "delete" && ctx.cl.Has("all") && ctx.cl.args.empty();
+  if (!delete_all || ctx.cl.Has("yes")) return -1;
+  if (ctx.terminal.in == nullptr || !ctx.terminal.in_is_terminal) {
+    return UsageError(ctx,
+                      "delete --all deletes every entry of that daemon: add "
+                      "--yes to confirm (stdin is not a terminal, so "
+                      "gputunectl cannot ask)");
+  }
+  ctx.err << "delete every entry? [y/N] " << std::flush;
+  std::string answer;
+  std::getline(*ctx.terminal.in, answer);
+  answer = absl::AsciiStrToLower(absl::StripAsciiWhitespace(answer));
+  if (answer != "y" && answer != "yes") {
+    ctx.err << "nothing deleted\n";
+    return kExitError;
+  }
+  return -1;
+}
+
+}  // namespace
+
 int Main(const std::vector<std::string>& argv, std::ostream& out,
          std::ostream& err) {
+  return Main(argv, out, err, Terminal::Process());
+}
+
+int Main(const std::vector<std::string>& argv, std::ostream& out,
+         std::ostream& err, const Terminal& terminal) {
   absl::StatusOr<CommandLine> cl = ParseCommandLine(argv);
   if (!cl.ok()) {
     err << "gputunectl: " << cl.status().message() << "\n";
     return kExitUsage;
   }
-  if (cl->Has("help") || cl->command.empty() || cl->command == "help") {
-    (cl->command.empty() && !cl->Has("help") ? err : out) << Usage();
-    return cl->command.empty() && !cl->Has("help") ? kExitUsage : kExitOk;
+  if (cl->version) {
+    out << VersionLine("gputunectl") << "\n";
+    return kExitOk;
   }
-  auto command = Commands().find(cl->command);
-  if (command == Commands().end()) {
-    err << "gputunectl: unknown command '" << cl->command
-        << "' (gputunectl --help lists them)\n";
+  if (cl->help) {
+    const CommandSpec* command = FindCommand(cl->command);
+    out << (command != nullptr ? CommandHelp(*command) : Usage());
+    return kExitOk;
+  }
+  if (cl->command.empty()) {
+    err << Usage();
+    return kExitUsage;
+  }
+  auto command = Bodies().find(cl->command);
+  if (command == Bodies().end()) {  // in the table but not implemented
+    err << "gputunectl: command '" << cl->command << "' is not available\n";
     return kExitUsage;
   }
   ClientOptions options;
-  options.endpoint = cl->Get("endpoint");
-  absl::StatusOr<int> device = IntFlag(*cl, "device", 0);
+  absl::StatusOr<Target> target =
+      ResolveTarget(*cl, std::getenv("GPUTUNE_ENDPOINT"));
   absl::StatusOr<absl::Duration> timeout =
       DurationFlag(*cl, "timeout", absl::Seconds(30));
-  for (const absl::Status& s : {device.status(), timeout.status()}) {
+  absl::StatusOr<absl::Duration> ttl =
+      DurationFlag(*cl, "ttl", absl::Seconds(30));
+  for (const absl::Status& s :
+       {target.status(), timeout.status(), ttl.status()}) {
     if (!s.ok()) {
       err << "gputunectl: " << s.message() << "\n";
       return kExitUsage;
     }
   }
-  options.device = *device;
+  // Resolved here, so the library never falls back to the environment.
+  options.endpoint = target->endpoint;
   options.deadline = *timeout;
   options.lookup_deadline = *timeout;
   options.tune_deadline = *timeout;
   options.memo_capacity = 0;  // a CLI asks the daemon every time
-  absl::StatusOr<absl::Duration> ttl =
-      DurationFlag(*cl, "ttl", absl::Seconds(30));
-  if (!ttl.ok()) {
-    err << "gputunectl: " << ttl.status().message() << "\n";
-    return kExitUsage;
-  }
   options.lease_ttl = *ttl;
   options.holder = cl->Get("holder");
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
@@ -186,7 +305,11 @@ int Main(const std::vector<std::string>& argv, std::ostream& out,
     err << "gputunectl: " << client.status().message() << "\n";
     return kExitUsage;
   }
-  Context ctx{*cl, **client, out, err, cl->Has("json"), *timeout};
+  Context ctx{*cl,      **client, out,     err, cl->Has("json"),
+              *timeout, *target,  terminal};
+  if (FindCommand(cl->command)->names_daemon) {
+    if (const int stop = BeforeDestructive(ctx); stop >= 0) return stop;
+  }
   return command->second(ctx);
 }
 

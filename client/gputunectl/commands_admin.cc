@@ -1,6 +1,7 @@
 // status, backup, log-level.
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/gputunectl/commands.h"
@@ -78,10 +79,27 @@ int RunStatus(Context& ctx) {
 
 int RunBackup(Context& ctx) {
   if (ctx.cl.args.size() != 1) return UsageError(ctx, "backup takes one PATH");
-  // The daemon resolves paths itself: send an absolute one.
+  // The daemon resolves paths itself, in its own working directory: a
+  // relative path would not mean what the operator typed.
+  const std::filesystem::path given(ctx.cl.args[0]);
+  if (!given.is_absolute()) {
+    return UsageError(
+        ctx, absl::StrCat("backup PATH must be absolute (the daemon writes "
+                          "it, not gputunectl): e.g. gputunectl backup ",
+                          std::filesystem::absolute(given).string()));
+  }
+  const std::string path = given.lexically_normal().string();
+  // On this machine's socket the daemon shares the filesystem: say plainly
+  // when the directory is missing.
   std::error_code ec;
-  const std::string path =
-      std::filesystem::absolute(ctx.cl.args[0], ec).lexically_normal().string();
+  if (absl::StartsWith(ctx.client.endpoint(), "unix:") &&
+      !std::filesystem::is_directory(given.parent_path(), ec)) {
+    return Fail(ctx, absl::StrCat("backup to ", path),
+                absl::NotFoundError(absl::StrCat(
+                    "the directory ", given.parent_path().string(),
+                    " does not exist: create it (writable by the daemon's "
+                    "user, gputune) first")));
+  }
   absl::StatusOr<uint64_t> bytes = ctx.client.Backup(path);
   if (!bytes.ok()) {
     return Fail(

@@ -1,8 +1,12 @@
 // claim, abandon, tune.
+#include <signal.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/gputunectl/commands.h"
 #include "client/gputunectl/entry_io.h"
 #include "proto/key_format.h"
@@ -21,15 +25,22 @@ std::string Until(const google::protobuf::Timestamp& t) {
 }
 
 // Progress of the daemon's job for `key`, as a line for stderr; empty when
-// the daemon does not say.
-std::string Progress(const v1::GetStatusResponse& status, const v1::Key& key) {
+// the daemon does not say. The daemon reports candidates done and total, not
+// the best time so far: the line shows what it has.
+std::string Progress(const v1::GetStatusResponse& status, const v1::Key& key,
+                     absl::Time since) {
   if (status.has_running_job() &&
       KeyId(status.running_job().key()) == KeyId(key)) {
     const v1::JobInfo& job = status.running_job();
-    if (job.candidates_total() == 0)
-      return "benchmarking: enumerating candidates";
+    if (job.has_started_at()) since = FromProto(job.started_at());
+    const std::string elapsed = absl::StrFormat(
+        "%.1fs elapsed", absl::ToDoubleSeconds(absl::Now() - since));
+    if (job.candidates_total() == 0) {
+      return absl::StrCat("benchmarking: enumerating candidates, ", elapsed);
+    }
     return absl::StrCat("benchmarking: ", job.candidates_done(), "/",
-                        job.candidates_total(), " candidates measured");
+                        job.candidates_total(), " candidates measured, ",
+                        elapsed);
   }
   if (status.queue_depth() > 0) {
     return absl::StrCat(
@@ -39,6 +50,43 @@ std::string Progress(const v1::GetStatusResponse& status, const v1::Key& key) {
   }
   return "";
 }
+
+// The changing part of a progress line (without the elapsed time), to print
+// a plain line only when something other than time moved.
+std::string WithoutElapsed(const std::string& line) {
+  const size_t comma = line.rfind(", ");
+  return line.rfind("benchmarking", 0) == 0 && comma != std::string::npos
+             ? line.substr(0, comma)
+             : line;
+}
+
+// Ctrl-C while gputunectl follows a job: the job belongs to the daemon, and
+// the operator should know it goes on. (Only async-signal-safe calls.)
+extern "C" void SayJobGoesOn(int) {
+  static const char kMessage[] =
+      "\ngputunectl: interrupted; the job goes on in the daemon (gputunectl "
+      "status shows it, gputunectl get KEY its result)\n";
+  ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  (void)ignored;
+  _exit(130);
+}
+
+// Installs SayJobGoesOn for SIGINT while it lives.
+class InterruptNotice {
+ public:
+  InterruptNotice() {
+    struct sigaction action = {};
+    action.sa_handler = SayJobGoesOn;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptNotice() { sigaction(SIGINT, &previous_, nullptr); }
+  InterruptNotice(const InterruptNotice&) = delete;
+  InterruptNotice& operator=(const InterruptNotice&) = delete;
+
+ private:
+  struct sigaction previous_ = {};
+};
 
 }  // namespace
 
@@ -150,11 +198,20 @@ int RunTune(Context& ctx) {
     }
     return kExitOk;
   }
-  const absl::Time give_up = absl::Now() + ctx.timeout;
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + ctx.timeout;
+  const bool live = ctx.terminal.err_is_terminal;
   std::string last_progress;
+  // Ends the live line before anything else is printed.
+  auto end_line = [&] {
+    if (live && !last_progress.empty()) ctx.err << "\n";
+    last_progress.clear();
+  };
+  InterruptNotice notice;
   v1::KeyState state = started->state();
   while (state != v1::KEY_STATE_HIT) {
     if (state != v1::KEY_STATE_PENDING) {
+      end_line();
       return Fail(
           ctx, absl::StrCat("tune ", KeyText(*key)),
           absl::AbortedError(absl::StrCat(
@@ -163,6 +220,7 @@ int RunTune(Context& ctx) {
               "gputuned@<device>, or its stderr)")));
     }
     if (absl::Now() >= give_up) {
+      end_line();
       return Fail(
           ctx, absl::StrCat("tune ", KeyText(*key)),
           absl::DeadlineExceededError(absl::StrCat(
@@ -170,17 +228,29 @@ int RunTune(Context& ctx) {
               "; the job goes on in the daemon (gputunectl status)")));
     }
     absl::StatusOr<v1::GetStatusResponse> status = ctx.client.GetStatus();
-    if (!status.ok()) return Fail(ctx, "tune", status.status());
-    if (std::string p = Progress(*status, *key);
-        !p.empty() && p != last_progress) {
-      ctx.err << "tune " << KeyText(*key) << ": " << p << "\n";
-      last_progress = std::move(p);
+    if (!status.ok()) {
+      end_line();
+      return Fail(ctx, "tune", status.status());
+    }
+    if (std::string p = Progress(*status, *key, start); !p.empty()) {
+      if (live) {
+        // One line, rewritten in place ("\r", then erase to its end).
+        ctx.err << "\r\033[Ktune " << KeyText(*key) << ": " << p << std::flush;
+        last_progress = std::move(p);
+      } else if (WithoutElapsed(p) != WithoutElapsed(last_progress)) {
+        ctx.err << "tune " << KeyText(*key) << ": " << p << "\n";
+        last_progress = std::move(p);
+      }
     }
     absl::SleepFor(*poll);
     absl::StatusOr<LookupResult> now = ctx.client.Lookup(*key);
-    if (!now.ok()) return Fail(ctx, "tune", now.status());
+    if (!now.ok()) {
+      end_line();
+      return Fail(ctx, "tune", now.status());
+    }
     state = now->state();
   }
+  end_line();
   absl::StatusOr<v1::GetEntryResponse> got = ctx.client.GetEntry(*key);
   if (!got.ok()) return Fail(ctx, "tune", got.status());
   PrintEntry(ctx, *got);

@@ -104,6 +104,9 @@ int RunGet(Context& ctx) {
   absl::StatusOr<v1::GetEntryResponse> got = ctx.client.GetEntry(*key);
   if (!got.ok()) {
     if (got.status().code() == absl::StatusCode::kNotFound) {
+      if (const int pending = ExplainPending(ctx, *key); pending >= 0) {
+        return pending;
+      }
       return Fail(ctx, ctx.cl.args[0],
                   absl::NotFoundError(
                       "no entry (tune it with gputunectl tune, or list what "

@@ -18,6 +18,9 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;
   options.preserve_proto_field_names = false;
+  // Scripts read fields that are zero too ("deleted": 0, "state": "MISS"):
+  // every field is printed, so the shape does not depend on the values.
+  options.always_print_primitive_fields = true;
   std::string out;
   // Printing a valid message cannot fail.
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);

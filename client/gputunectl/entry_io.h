@@ -18,8 +18,8 @@
 
 namespace gputune::ctl {
 
-// Protobuf JSON (enums by name, Duration/Timestamp as strings); one line
-// unless `pretty`.
+// Protobuf JSON (enums by name, Duration/Timestamp as strings, lowerCamelCase
+// names), with every field printed, zero or not; one line unless `pretty`.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 
 // Reads an export: one Entry per line, blank lines skipped. Every line is

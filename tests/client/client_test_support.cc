@@ -154,7 +154,8 @@ CtlResult RunCtlAt(const std::string& endpoint, std::vector<std::string> args) {
   args.insert(args.begin(), "--endpoint=" + endpoint);
   std::ostringstream out, err;
   CtlResult r;
-  r.exit_code = ctl::Main(args, out, err);
+  // Not a terminal: nothing asks, whatever the test runner's stdin is.
+  r.exit_code = ctl::Main(args, out, err, ctl::Terminal{});
   r.out = out.str();
   r.err = err.str();
   return r;

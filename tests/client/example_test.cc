@@ -44,17 +44,19 @@ TEST_CASE("the example builds against the installed package and runs") {
   const std::string log = dir + "/install.log";
   INFO("log: " << log);
   const std::string cmake = GPUTUNE_CMAKE_COMMAND;
-  bool ok = Sh(cmake +
-                   " --install '" GPUTUNE_BUILD_DIR
-                   "' --component client --prefix '" +
-                   prefix + "'",
-               log);
-  // The installed tree: headers, both libraries, package files, the CLI.
+  // What libgputune-dev and libgputune0 install.
+  bool ok = true;
+  for (const char* component : {"client", "libgputune0"}) {
+    ok = ok && Sh(cmake + " --install '" GPUTUNE_BUILD_DIR "' --component " +
+                      component + " --prefix '" + prefix + "'",
+                  log);
+  }
+  // The installed tree: headers, both libraries, package files.
   for (const char* path :
        {"include/gputune/client.h", "include/gputune/v1/tune.pb.h",
         "include/gputune/v1/tune.grpc.pb.h",
         "include/gputune/proto/key_format.h",
-        "lib/cmake/gputune/gputuneConfig.cmake", "bin/gputunectl"}) {
+        GPUTUNE_INSTALL_LIBDIR "/cmake/gputune/gputuneConfig.cmake"}) {
     INFO(path);
     CHECK(std::filesystem::exists(prefix + "/" + path));
   }
@@ -71,15 +73,17 @@ TEST_CASE("the example builds against the installed package and runs") {
   REQUIRE(ReadFile(log).find("lookup: hit (memo)") != std::string::npos);
 
   SECTION("and with pkg-config") {
-    const std::string pc =
-        "PKG_CONFIG_PATH='" + prefix + "/lib/pkgconfig' pkg-config gputune";
-    ok = Sh(pc + " --exists --print-errors", log) &&
-         Sh("c++ -std=c++17 '" GPUTUNE_SOURCE_DIR
-            "/client/examples/example.cc' -o '" +
-                dir + "/example_pc' $(" + pc +
-                " --cflags --libs) -Wl,-rpath,'" + prefix + "/lib'",
-            log) &&
-         Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
+    const std::string pc = "PKG_CONFIG_PATH='" + prefix +
+                           "/" GPUTUNE_INSTALL_LIBDIR
+                           "/pkgconfig' pkg-config gputune";
+    ok =
+        Sh(pc + " --exists --print-errors", log) &&
+        Sh("c++ -std=c++17 '" GPUTUNE_SOURCE_DIR
+           "/client/examples/example.cc' -o '" +
+               dir + "/example_pc' $(" + pc + " --cflags --libs) -Wl,-rpath,'" +
+               prefix + "/" GPUTUNE_INSTALL_LIBDIR "'",
+           log) &&
+        Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
     if (!ok) FAIL(ReadFile(log));
   }
 }

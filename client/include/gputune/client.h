@@ -1,5 +1,5 @@
 // gputune::Client: what an inference server links to share one GPU's tune
-// cache with every other process on that GPU (see DESIGN.md).
+// cache with every other process on that GPU (see docs/design.md).
 //
 //   auto client = gputune::Client::Create(gputune::ClientOptions{});
 //   (*client)->Preload(my_keys);                 // one RPC at start-up
