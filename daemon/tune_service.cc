@@ -1,13 +1,14 @@
 #include "daemon/tune_service.h"
 
 #include <deque>
-#include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/logging.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -110,96 +111,136 @@ absl::Status ValidateClaimId(uint64_t id) {
                  : absl::OkStatus();
 }
 
-// Streams a key's status changes until HIT or cancellation. The arbiter's
-// callback and gRPC's reactions share `Shared`, which outlives the reactor, so
-// a notification racing with OnDone never touches a deleted reactor.
+// Streams a key's status changes until HIT or cancellation.
+//
+// Two locks. `Alive::mu` keeps the reactor alive while the arbiter's
+// callback uses it: the callback and OnDone share `Alive`, which outlives
+// the reactor, so a notification racing with OnDone never touches a deleted
+// reactor. `mu_` guards the stream's state and is never held while a gRPC
+// operation starts: gRPC may run a reaction (OnWriteDone) inline from
+// StartWrite on the caller's thread, and that reaction takes `mu_` again.
+// (OnDone never runs inline: gRPC schedules it, so the callback may hold
+// Alive::mu across StartWrite.)
 class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
  public:
   WatchReactor(Arbiter* arbiter, const v1::Key& key)
-      : arbiter_(arbiter), shared_(std::make_shared<Shared>()) {
-    shared_->reactor = this;
+      : arbiter_(arbiter), alive_(std::make_shared<Alive>()) {
+    {
+      absl::MutexLock lock(&alive_->mu);
+      alive_->reactor = this;
+    }
+    // The first status arrives within Watch; a write started before the
+    // handler returns this reactor waits for gRPC to bind it.
     watch_id_ =
-        arbiter_->Watch(key, [shared = shared_](const v1::KeyStatus& status) {
-          std::lock_guard<std::recursive_mutex> lock(shared->mu);
-          if (shared->reactor != nullptr) shared->reactor->OnStatus(status);
+        arbiter_->Watch(key, [alive = alive_](const v1::KeyStatus& status) {
+          absl::MutexLock lock(&alive->mu);
+          if (alive->reactor != nullptr) alive->reactor->OnStatus(status);
         });
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-    writing_ = false;
-    if (finish_after_write_) {
-      finish_after_write_ = false;
-      return Finish(deferred_);
+    std::optional<grpc::Status> finish;
+    const v1::WatchResponse* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (deferred_) {
+        finish = std::move(deferred_);
+        deferred_.reset();
+      } else if (!ok) {
+        finish = FinishLocked(
+            grpc::Status(grpc::StatusCode::CANCELLED, "watch stream closed"));
+      } else if (last_state_ == v1::KEY_STATE_HIT) {
+        finish = FinishLocked(grpc::Status::OK);
+      } else {
+        write = NextWriteLocked();
+      }
     }
-    if (!ok)
-      return FinishOnce(
-          grpc::Status(grpc::StatusCode::CANCELLED, "watch stream closed"));
-    if (current_.status().state() == v1::KEY_STATE_HIT) {
-      return FinishOnce(grpc::Status::OK);
+    if (finish) {
+      Finish(*finish);
+    } else if (write != nullptr) {
+      StartWrite(write);
     }
-    WriteNext();
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      finish = FinishLocked(
+          grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    }
+    if (finish) Finish(*finish);
   }
 
   void OnDone() override {
     {
-      std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-      shared_->reactor = nullptr;
+      absl::MutexLock lock(&alive_->mu);
+      alive_->reactor = nullptr;
     }
     arbiter_->Unwatch(watch_id_);
     delete this;
   }
 
  private:
-  struct Shared {
-    std::recursive_mutex mu;
-    WatchReactor* reactor = nullptr;
+  struct Alive {
+    absl::Mutex mu;
+    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
   };
 
-  // Called with shared_->mu held. Keeps only the newest status while a write
-  // is in flight.
-  void OnStatus(const v1::KeyStatus& status) {
-    if (finished_) return;
-    pending_ = status;
-    has_pending_ = true;
-    if (!writing_) WriteNext();
+  // Keeps only the newest status while a write is in flight.
+  void OnStatus(const v1::KeyStatus& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    const v1::WatchResponse* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      pending_ = status;
+      has_pending_ = true;
+      if (!writing_) write = NextWriteLocked();
+    }
+    if (write != nullptr) StartWrite(write);
   }
 
-  void WriteNext() {
-    if (!has_pending_ || finished_) return;
+  // The pending status as the next message to write (null: none); the
+  // caller starts the write once mu_ is released.
+  const v1::WatchResponse* NextWriteLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!has_pending_ || finished_) return nullptr;
+    last_state_ = pending_.state();
     *current_.mutable_status() = std::move(pending_);
     has_pending_ = false;
     writing_ = true;
-    StartWrite(&current_);
+    return &current_;
   }
 
-  void FinishOnce(const grpc::Status& status) {
-    if (finished_) return;
+  // The status to finish with now, or none: already finished, or a write is
+  // in flight (then OnWriteDone finishes with it).
+  std::optional<grpc::Status> FinishLocked(grpc::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return std::nullopt;
     finished_ = true;
     if (writing_) {
-      deferred_ = status;
-      finish_after_write_ = true;
-    } else {
-      Finish(status);
+      deferred_ = std::move(status);
+      return std::nullopt;
     }
+    return status;
   }
 
   Arbiter* const arbiter_;
-  std::shared_ptr<Shared> shared_;
-  uint64_t watch_id_ = 0;
-  // Guarded by shared_->mu.
+  const std::shared_ptr<Alive> alive_;
+  uint64_t watch_id_ = 0;  // set before gRPC can call OnDone
+
+  absl::Mutex mu_;
+  // The message being written: changed only under mu_ while !writing_, read
+  // by gRPC while writing_.
   v1::WatchResponse current_;
-  v1::KeyStatus pending_;
-  bool has_pending_ = false;
-  bool writing_ = false;
-  bool finished_ = false;
-  bool finish_after_write_ = false;
-  grpc::Status deferred_;
+  v1::KeyState last_state_ ABSL_GUARDED_BY(mu_) = v1::KEY_STATE_UNSPECIFIED;
+  v1::KeyStatus pending_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // The status to finish with once the write in flight is done.
+  std::optional<grpc::Status> deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
