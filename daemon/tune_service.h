@@ -48,10 +48,11 @@ inline constexpr size_t kMaxBatchAnswerBytes = size_t{48} << 20;
 // key's index (decimal), for callers that act on it without reading the
 // message.
 inline constexpr absl::string_view kKeyIndexTrailer = "gputune-key-index";
-// What gRPC may hold for the calls in flight (their buffers: requests being
-// read, answers being sent), set as the server's ResourceQuota: past it
-// gRPC reads and accepts less until memory is freed, so many large answers
-// to askers that do not read them cannot grow the daemon without bound.
+// The server's ResourceQuota: the budget gRPC accounts the memory of its
+// connections and calls in flight against (buffers of requests being read
+// and answers being sent); under pressure it shrinks its read buffers and
+// holds off new work, so many large answers to askers that do not read them
+// cannot grow the daemon without bound.
 inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
 
 // Lookup and BatchLookup are raw methods that parse their requests with

@@ -97,7 +97,7 @@ v1::KeyState LookupResult::state() const {
 }
 
 const v1::Entry& LookupResult::entry() const {
-  return cell_ ? cell_->status().entry() : v1::Entry::default_instance();
+  return cell_ ? cell_->entry() : v1::Entry::default_instance();
 }
 
 const v1::KeyStatus& LookupResult::status() const {

@@ -10,6 +10,7 @@ LookupCell::LookupCell(v1::KeyStatus status)
     : state_(status.state()), arena_(std::make_shared<Arena>()) {
   status_ = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
   *status_ = std::move(status);
+  entry_ = &status_->entry();
 }
 
 LookupCell::LookupCell(std::shared_ptr<Arena> arena, const v1::Key* key,
@@ -20,6 +21,11 @@ LookupCell::LookupCell(std::shared_ptr<Arena> arena, const v1::Key* key,
       answer_(answer) {}
 
 const v1::KeyStatus& LookupCell::status() const {
+  Parse();
+  return *status_;
+}
+
+void LookupCell::Parse() const {
   absl::call_once(parsed_, [this] {
     if (answer_ == nullptr) return;  // parsed already
     auto* status = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
@@ -35,8 +41,8 @@ const v1::KeyStatus& LookupCell::status() const {
     }
     status->set_stale_reason(answer_->stale_reason());
     status_ = status;
+    entry_ = &status->entry();
   });
-  return *status_;
 }
 
 }  // namespace gputune::client_internal

@@ -35,6 +35,12 @@ class LookupCell {
   // bytes do not parse (gputuned sends only entries it has checked) reads
   // as an empty Entry.
   const v1::KeyStatus& status() const;
+  // status().entry(), one pointer nearer: reading a memoised entry is the
+  // hot path.
+  const v1::Entry& entry() const {
+    Parse();
+    return *entry_;
+  }
 
  private:
   const v1::KeyState state_;
@@ -42,9 +48,12 @@ class LookupCell {
   // What the daemon answered; null for a status parsed already.
   const v1::Key* const key_ = nullptr;
   const v1::LookupStatus* const answer_ = nullptr;
+  void Parse() const;
+
   mutable absl::once_flag parsed_;
   // On arena_; set by the constructor or under parsed_.
   mutable v1::KeyStatus* status_ = nullptr;
+  mutable const v1::Entry* entry_ = nullptr;  // &status_->entry()
 };
 
 }  // namespace gputune::client_internal
