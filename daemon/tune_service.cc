@@ -337,12 +337,13 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
       size += ToLookupStatus(std::move(found[next++]), status);
     }
     if (size > kMaxBatchAnswerBytes) {
-      return Done(ctx,
-                  absl::ResourceExhaustedError(absl::StrCat(
-                      "the answer to these ", count, " keys would exceed ",
-                      kMaxBatchAnswerBytes >> 20, " MiB (the first ", i,
-                      " fill it): ask for at most ", std::max<size_t>(i / 2, 1),
-                      " keys per BatchLookup")));
+      // Keys [0, i) fit.
+      return Done(ctx, absl::ResourceExhaustedError(absl::StrCat(
+                           "the answer to these ", count, " keys would exceed ",
+                           kMaxBatchAnswerBytes >> 20, " MiB (the first ", i,
+                           " fit): split the batch into BatchLookups of at "
+                           "most ",
+                           std::max<size_t>(i, 1), " keys")));
     }
   }
   return Answer(ctx, *response, response_bytes);

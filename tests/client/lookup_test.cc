@@ -326,7 +326,8 @@ TEST_CASE("a BatchLookup answer past its bound says how to split the batch") {
   REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
   const std::string message(r.status().message());
   CHECK(message.find("would exceed 48 MiB") != std::string::npos);
-  CHECK(message.find("ask for at most") != std::string::npos);
+  CHECK(message.find("split the batch into BatchLookups of at most") !=
+        std::string::npos);
   // Split as it says, the batch is answered.
   const std::vector<v1::Key> half(keys.begin(), keys.begin() + 300);
   absl::StatusOr<std::vector<LookupResult>> part = client->BatchLookup(half);
