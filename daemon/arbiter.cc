@@ -95,10 +95,11 @@ Arbiter::Found Arbiter::FindLocked(absl::string_view candidate_set,
   }
   if (slot->lease && LeaseLive(*slot->lease, now)) {
     found.state = v1::KEY_STATE_PENDING;
-    found.claim.set_claim_id(slot->lease->claim_id);
-    found.claim.set_holder(slot->lease->holder);
-    *found.claim.mutable_lease_deadline() = ToProto(slot->lease->deadline);
-    *found.claim.mutable_granted_at() = ToProto(slot->lease->granted_at);
+    v1::ClaimInfo& claim = found.claim.emplace();
+    claim.set_claim_id(slot->lease->claim_id);
+    claim.set_holder(slot->lease->holder);
+    *claim.mutable_lease_deadline() = ToProto(slot->lease->deadline);
+    *claim.mutable_granted_at() = ToProto(slot->lease->granted_at);
   } else if (now < BackoffUntil(*slot)) {
     found.state = v1::KEY_STATE_BACKOFF;
     found.retry_after = BackoffUntil(*slot);
@@ -117,9 +118,7 @@ v1::KeyStatus Arbiter::StatusOf(const v1::Key& key, Found found) {
   // The summary was serialized by this daemon (or an earlier one: the store
   // is trusted), so it parses.
   if (found.entry) status.mutable_entry()->ParseFromString(*found.entry);
-  if (found.state == v1::KEY_STATE_PENDING) {
-    *status.mutable_claim() = std::move(found.claim);
-  }
+  if (found.claim) *status.mutable_claim() = std::move(*found.claim);
   if (found.state == v1::KEY_STATE_BACKOFF) {
     *status.mutable_retry_after() = ToProto(found.retry_after);
   }

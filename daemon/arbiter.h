@@ -85,9 +85,9 @@ class Arbiter {
     // stored (a serialized v1::Entry, see proto/entry_summary.h). Shared
     // with the index and never changed: a lookup copies no entry.
     std::shared_ptr<const std::string> entry;
-    std::string stale_reason;  // STALE: why
-    v1::ClaimInfo claim;       // PENDING: the live claim
-    absl::Time retry_after;    // BACKOFF: when claims are allowed again
+    std::string stale_reason;            // STALE: why
+    std::optional<v1::ClaimInfo> claim;  // PENDING: the live claim
+    absl::Time retry_after;  // BACKOFF: when claims are allowed again
   };
   // The state of `key`, which must be valid (ValidateKey): the hot path of
   // Lookup. No I/O, a reader lock.

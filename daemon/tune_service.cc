@@ -82,8 +82,8 @@ size_t ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
   }
   switch (found.state) {
     case v1::KEY_STATE_PENDING:
-      size += found.claim.holder().size() + 32;
-      *out->mutable_claim() = std::move(found.claim);
+      size += found.claim->holder().size() + 32;
+      *out->mutable_claim() = std::move(*found.claim);
       break;
     case v1::KEY_STATE_BACKOFF:
       *out->mutable_retry_after() = ToProto(found.retry_after);

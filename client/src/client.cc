@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/src/client_impl.h"
 #include "client/src/lookup_cell.h"
 #include "google/protobuf/arena.h"
@@ -139,65 +140,105 @@ LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
                            std::move(status)));
 }
 
-absl::Status Client::Impl::BatchLookupPart(const v1::Key* keys, size_t count,
-                                           size_t first, absl::Time deadline,
-                                           std::vector<LookupResult>* out) {
-  // The request, the answer and (when they are read) the statuses on one
-  // arena, which the results keep.
-  auto arena = std::make_shared<Arena>();
-  auto* request = Arena::CreateMessage<v1::BatchLookupRequest>(arena.get());
-  request->mutable_keys()->Reserve(static_cast<int>(count));
-  for (size_t i = 0; i < count; ++i) {
-    // The field's name is built only for an invalid key.
-    if (!ValidateKey(keys[i], "key").ok()) {
-      return client_internal::WithKeyIndex(
-          ValidateKey(keys[i], absl::StrCat("keys[", first + i, "]")),
-          first + i);
-    }
-    *request->add_keys() = keys[i];
-  }
-  auto* response = Arena::CreateMessage<v1::BatchLookupResponse>(arena.get());
-  if (absl::Status s =
-          rpc.Call(&v1::TuneService::Stub::BatchLookup, *request, response,
-                   std::max(deadline - absl::Now(), absl::Milliseconds(1)),
-                   options.deadline);
-      !s.ok()) {
-    return s;
-  }
-  if (static_cast<size_t>(response->statuses_size()) != count) {
-    return absl::InternalError(absl::StrCat(
-        "gputuned answered ", response->statuses_size(), " statuses for ",
-        count, " keys: is it the same version as this client?"));
-  }
-  std::vector<std::shared_ptr<const client_internal::LookupCell>> cells(count);
-  for (size_t i = 0; i < count; ++i) {
-    const v1::LookupStatus& status = response->statuses(static_cast<int>(i));
-    if (status.same_as() == 0) {
-      cells[i] = std::make_shared<const client_internal::LookupCell>(
-          arena, &request->keys(static_cast<int>(i)), &status);
-    } else if (status.same_as() <= i) {
-      cells[i] = cells[status.same_as() - 1];
-    } else {
-      return absl::InternalError(absl::StrCat(
-          "gputuned answered keys[", first + i, "] as the same as keys[",
-          first + status.same_as() - 1, "], which is not before it"));
-    }
-    out->push_back(Remember(keys[i], cells[i]));
-  }
-  return absl::OkStatus();
-}
+namespace {
+
+// One BatchLookup RPC of a batch: keys[first, first + count) of it, the
+// messages on an arena that its results keep, the call in flight.
+struct BatchPart {
+  size_t first = 0;
+  size_t count = 0;
+  std::shared_ptr<Arena> arena = std::make_shared<Arena>();
+  v1::BatchLookupRequest* request =
+      Arena::CreateMessage<v1::BatchLookupRequest>(arena.get());
+  v1::BatchLookupResponse* response =
+      Arena::CreateMessage<v1::BatchLookupResponse>(arena.get());
+  grpc::ClientContext ctx;
+  grpc::Status status;  // set before `done`
+  absl::Notification done;
+};
+
+}  // namespace
 
 absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
                                           std::vector<LookupResult>* out) {
+  // Every key is checked before anything is sent.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // The field's name is built only for an invalid key.
+    if (!ValidateKey(keys[i], "key").ok()) {
+      return client_internal::WithKeyIndex(
+          ValidateKey(keys[i], absl::StrCat("keys[", i, "]")), i);
+    }
+  }
+  if (keys.empty()) return absl::OkStatus();
+  // Parts of at most kMaxBatchKeys, and two at least from
+  // kTwoPartBatchKeys, all in flight at once: the daemon answers one (on
+  // another of its threads) while this thread writes the next one's
+  // request, and gRPC parses one's answer while the daemon works on the
+  // next. One call to the breaker: admitted once, one verdict.
+  size_t parts = (keys.size() + kMaxBatchKeys - 1) / kMaxBatchKeys;
+  if (parts < 2 && keys.size() >= client_internal::kTwoPartBatchKeys) parts = 2;
+  // Declared before the parts: released after them, on this thread (the
+  // last reference to a channel must not go on one of its own threads).
+  std::shared_ptr<const client_internal::Connection> connection;
+  if (absl::Status s = rpc.Admit(&connection); !s.ok()) return s;
+  std::vector<std::unique_ptr<BatchPart>> started;
+  for (size_t p = 0; p < parts; ++p) {
+    auto part = std::make_unique<BatchPart>();
+    part->first = keys.size() * p / parts;
+    part->count = keys.size() * (p + 1) / parts - part->first;
+    part->request->mutable_keys()->Reserve(static_cast<int>(part->count));
+    for (size_t i = 0; i < part->count; ++i) {
+      *part->request->add_keys() = keys[part->first + i];
+    }
+    client_internal::Rpc::SetDeadline(&part->ctx, options.deadline);
+    BatchPart* const raw = part.get();
+    connection->tune->async()->BatchLookup(
+        &raw->ctx, raw->request, raw->response, [raw](grpc::Status status) {
+          raw->status = std::move(status);
+          raw->done.Notify();
+        });
+    started.push_back(std::move(part));
+  }
+  // The breaker hears of the first transport failure, else of the first
+  // part's answer.
+  const BatchPart* judged = nullptr;
+  for (const std::unique_ptr<BatchPart>& part : started) {
+    part->done.WaitForNotification();
+    if (judged == nullptr ||
+        (!client_internal::IsTransportFailure(judged->status) &&
+         (client_internal::IsTransportFailure(part->status) ||
+          (judged->status.ok() && !part->status.ok())))) {
+      judged = part.get();
+    }
+  }
+  if (absl::Status s = rpc.Conclude(judged->status, options.deadline);
+      !s.ok()) {
+    return s;
+  }
   out->reserve(out->size() + keys.size());
-  // One deadline for the whole call: a later part gets what is left.
-  const absl::Time deadline = absl::Now() + options.deadline;
-  for (size_t first = 0; first < keys.size(); first += kMaxBatchKeys) {
-    const size_t count = std::min(kMaxBatchKeys, keys.size() - first);
-    if (absl::Status s =
-            BatchLookupPart(keys.data() + first, count, first, deadline, out);
-        !s.ok()) {
-      return s;
+  for (const std::unique_ptr<BatchPart>& part : started) {
+    const auto& statuses = part->response->statuses();
+    if (static_cast<size_t>(statuses.size()) != part->count) {
+      return absl::InternalError(absl::StrCat(
+          "gputuned answered ", statuses.size(), " statuses for ", part->count,
+          " keys: is it the same version as this client?"));
+    }
+    std::vector<std::shared_ptr<const client_internal::LookupCell>> cells(
+        part->count);
+    for (size_t i = 0; i < part->count; ++i) {
+      const v1::LookupStatus& status = statuses[static_cast<int>(i)];
+      if (status.same_as() == 0) {
+        cells[i] = std::make_shared<const client_internal::LookupCell>(
+            part->arena, &part->request->keys(static_cast<int>(i)), &status);
+      } else if (status.same_as() <= i) {
+        cells[i] = cells[status.same_as() - 1];
+      } else {
+        return absl::InternalError(absl::StrCat(
+            "gputuned answered keys[", part->first + i,
+            "] as the same as keys[", part->first + status.same_as() - 1,
+            "], which is not before it"));
+      }
+      out->push_back(Remember(keys[part->first + i], cells[i]));
     }
   }
   return absl::OkStatus();

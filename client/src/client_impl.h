@@ -41,13 +41,8 @@ class Client::Impl {
       const v1::Key& key,
       std::shared_ptr<const client_internal::LookupCell> cell);
   LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
-  // BatchLookup of keys[0, count), keys[0] being keys[first] of the
-  // caller's batch (what an invalid key's index counts from): one RPC,
-  // answered by `deadline`. Appends a result per key to `out`.
-  absl::Status BatchLookupPart(const v1::Key* keys, size_t count, size_t first,
-                               absl::Time deadline,
-                               std::vector<LookupResult>* out);
-  // Every part of a batch, in order.
+  // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);
+  // appends a result per key to `out`.
   absl::Status BatchLookupAll(const std::vector<v1::Key>& keys,
                               std::vector<LookupResult>* out);
   // The refresher's work: look keys up, memoise HITs, drop the rest.
@@ -71,6 +66,9 @@ namespace client_internal {
 
 // The daemon's limit on keys per BatchLookup.
 inline constexpr size_t kMaxBatchKeys = 100000;
+// A BatchLookup of this many keys or more is sent as two RPCs at least, in
+// flight together.
+inline constexpr size_t kTwoPartBatchKeys = 4096;
 
 // Makes LookupResults (their constructor is not public).
 struct ResultAccess {

@@ -64,23 +64,18 @@ class Rpc {
   // One unary call on either service with `deadline`. Refused at once while
   // the breaker is open. Errors keep their gRPC code; transport failures get
   // a message that names the endpoint and what to check.
-  // `call_deadline`, when given, is what an error names as the deadline
-  // (a call in parts names the whole call's).
   template <typename Stub, typename Request, typename Response>
   absl::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*,
                                                  const Request&, Response*),
                     const Request& request, Response* response,
-                    absl::Duration deadline,
-                    absl::Duration call_deadline = absl::ZeroDuration()) {
+                    absl::Duration deadline) {
     std::shared_ptr<const Connection> connection;
     if (absl::Status s = Admit(&connection); !s.ok()) return s;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, deadline);
     const grpc::Status status =
         (connection->StubFor<Stub>()->*method)(&ctx, request, response);
-    return Conclude(status, call_deadline == absl::ZeroDuration()
-                                ? deadline
-                                : call_deadline);
+    return Conclude(status, deadline);
   }
 
   // Call, returning the response.

@@ -357,8 +357,9 @@ void CheckFoundIsLookup(const Arbiter::Found& found,
   CHECK((found.entry != nullptr) == expected.has_entry());
   CHECK(google::protobuf::util::MessageDifferencer::Equals(entry,
                                                            expected.entry()));
-  CHECK(google::protobuf::util::MessageDifferencer::Equals(found.claim,
-                                                           expected.claim()));
+  CHECK(found.claim.has_value() == expected.has_claim());
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(
+      found.claim.value_or(v1::ClaimInfo()), expected.claim()));
   if (expected.state() == v1::KEY_STATE_BACKOFF) {
     CHECK(ToProto(found.retry_after).seconds() ==
           expected.retry_after().seconds());
@@ -390,7 +391,7 @@ TEST_CASE("Find answers every state as Lookup does, one key or many") {
     CheckFoundIsLookup(a->Find(keys[i]), a->Lookup(keys[i]));
   }
   CHECK(found[0].state == v1::KEY_STATE_HIT);
-  CHECK(found[1].claim.holder() == "holder-2");
+  CHECK(found[1].claim->holder() == "holder-2");
   CHECK(found[2].state == v1::KEY_STATE_BACKOFF);
   CHECK(found[3].stale_reason ==
         "tuned for candidate set 'cs1', asked for 'another-set'");
