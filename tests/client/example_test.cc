@@ -61,9 +61,9 @@ TEST_CASE("the example builds against the installed package and runs") {
   // The client's header needs the messages and Abseil, not gRPC: -H lists
   // every header a file includes.
   const std::string headers = dir + "/client_h_headers.txt";
-  ok = ok && Sh("echo '#include <gputune/client.h>' | c++ -std=c++17 -x c++ "
-                "-fsyntax-only -H -I'" +
-                    prefix + "/include' - 2>'" + headers + "'",
+  ok = ok && Sh("(echo '#include <gputune/client.h>' | c++ -std=c++17 -x "
+                "c++ -fsyntax-only -H -I'" +
+                    prefix + "/include' - 2>'" + headers + "')",
                 log);
   const std::string included = ReadFile(headers);
   CHECK(included.find("gputune/client.h") != std::string::npos);
