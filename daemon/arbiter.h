@@ -36,10 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/container/node_hash_set.h"
-#include "absl/functional/function_ref.h"
-#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -47,7 +44,6 @@
 #include "absl/types/span.h"
 #include "daemon/clock.h"
 #include "gputune/v1/tune.pb.h"
-#include "proto/key_view.h"
 
 namespace gputune {
 
@@ -86,54 +82,27 @@ class Arbiter {
                    const std::string& fingerprint_digest)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The key's state. `key` must be valid (ValidateKey).
+  // A key's state and what explains it, as the index holds it.
+  struct Found {
+    v1::KeyState state = v1::KEY_STATE_MISS;
+    // HIT and STALE: the entry without measurements and fingerprint, as
+    // stored (a serialized v1::Entry, see proto/entry_summary.h). Shared
+    // with the index and never changed: a lookup copies no entry.
+    std::shared_ptr<const std::string> entry;
+    std::string stale_reason;            // STALE: why
+    std::optional<v1::ClaimInfo> claim;  // PENDING: the live claim
+    absl::Time retry_after;  // BACKOFF: when claims are allowed again
+  };
+  // The state of `key`, which must be valid (ValidateKey): the hot path of
+  // Lookup. No I/O, a reader lock.
+  Found Find(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Find of each key, in order (BatchLookup): the reader lock is taken once
+  // per few hundred keys, so writers wait little behind a large batch.
+  std::vector<Found> Find(absl::Span<const v1::Key* const> keys) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Find(key) as a KeyStatus, the entry parsed (Watch, TuneDense).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // One key of a Lookup or BatchLookup: its serialized bytes as the asker
-  // sent them (what a status echoes), and its fields once a ReadKeyFn has
-  // read them.
-  struct Ask {
-    KeyView key;
-    absl::string_view bytes;
-  };
-  // Reads the key of the `i`th ask from its bytes into ask->key and checks
-  // it (ValidateKey); an error says why it is not a valid key. AppendLookups
-  // calls it only for keys whose bytes are not those of an entry's key, with
-  // the arbiter's reader lock held: it must not call the arbiter.
-  using ReadKeyFn = absl::FunctionRef<absl::Status(size_t i, Ask* ask)>;
-
-  // How AppendLookups writes statuses (BatchLookupRequest's options).
-  struct AnswerForm {
-    // Leave out each status's key, and a HIT entry's key: both equal the
-    // asked key.
-    bool omit_keys = false;
-    // Write each HIT's execution once: a later HIT with the same execution
-    // leaves it out and sets KeyStatus.execution_ref.
-    bool share_executions = false;
-    // Where the first ask's status stands in the whole answer (0-based), for
-    // an answer written in parts: execution_ref counts from its start, and
-    // refers only to statuses of the same part.
-    size_t first_status = 0;
-  };
-
-  // Lookup(key) for each ask in order, serialized, appended to `out` as
-  // field `field` of the enclosing message (LookupResponse.status,
-  // BatchLookupResponse.statuses): the hot path of the Lookup and
-  // BatchLookup RPCs. A status's key is the ask's bytes, unless `form` says
-  // otherwise. HITs and MISSes are written from bytes (the asked key's, the
-  // entry's stored serialized summary), building no messages. Takes the
-  // lock once per few hundred keys.
-  //
-  // An ask whose bytes are exactly those of a HIT entry's key (as every
-  // protobuf serializer writes it) is answered from an index of those
-  // bytes, without reading its fields: it is that entry's key, which was
-  // checked when it was recorded or imported (by the daemon version of the
-  // time: the store is trusted, as LoadSummary trusts it). Every other ask
-  // is read and checked with `read_key`; the first error it returns is
-  // returned, and `out` then holds a part of the answer, to drop.
-  absl::Status AppendLookups(absl::Span<Ask> asks, uint32_t field,
-                             const AnswerForm& form, ReadKeyFn read_key,
-                             std::string* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
   // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
@@ -220,57 +189,14 @@ class Arbiter {
     absl::Time backoff_until = absl::InfinitePast();
   };
   struct Slot {
-    std::string entry_summary;  // serialized Entry without measurements
+    // The entry's summary (Found::entry); null when there is no entry.
+    std::shared_ptr<const std::string> entry_summary;
     // Interned in candidate_sets_: a process has few, 100k entries one each.
     const std::string* entry_candidate_set = nullptr;
-    // Where the summary's key field and execution field end (0: not where
-    // protobuf writes them, first and second), and the execution field's
-    // hash: BatchLookup cuts and shares them without reading the summary.
-    uint32_t key_end = 0;
-    uint32_t execution_end = 0;
-    size_t execution_hash = 0;
-    absl::string_view ExecutionField() const {
-      return absl::string_view(entry_summary)
-          .substr(key_end, execution_end - key_end);
-    }
-    // The serialized key within the key field (key_end != 0).
-    absl::string_view KeyBytes() const {
-      return absl::string_view(entry_summary)
-          .substr(key_begin, key_end - key_begin);
-    }
-    bool has_entry = false;
     bool fingerprint_matches = true;
-    uint8_t key_begin = 0;               // past the key field's tag and length
     std::unique_ptr<Lease> lease;        // few keys have one: 8 bytes when not
     std::unique_ptr<Cooldown> cooldown;  // only keys abandoned lately
-  };
-  // Slots of entries by their key's bytes (KeyBytes), to look up with a
-  // key's serialized bytes and their hash, computed once for the prefetch
-  // and the find.
-  struct HashedBytes {
-    static HashedBytes Of(absl::string_view bytes) {
-      return {bytes, absl::HashOf(bytes)};
-    }
-    absl::string_view bytes;
-    size_t hash = 0;
-  };
-  struct KeyBytesHash {
-    using is_transparent = void;
-    size_t operator()(const HashedBytes& key) const { return key.hash; }
-    size_t operator()(const Slot* slot) const {
-      return absl::HashOf(slot->KeyBytes());
-    }
-  };
-  struct KeyBytesEq {
-    using is_transparent = void;
-    static absl::string_view Bytes(const HashedBytes& key) { return key.bytes; }
-    static absl::string_view Bytes(const Slot* slot) {
-      return slot->KeyBytes();
-    }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Bytes(a) == Bytes(b);
-    }
+    bool has_entry() const { return entry_summary != nullptr; }
   };
   struct Watcher {
     uint64_t id;
@@ -291,31 +217,20 @@ class Arbiter {
   static absl::Time BackoffUntil(const Slot& slot) {
     return slot.cooldown ? slot.cooldown->backoff_until : absl::InfinitePast();
   }
-  // The stored summary when `slot` answers a key of `candidate_set` with a
-  // HIT, else null.
-  static const std::string* HitSummaryLocked(absl::string_view candidate_set,
-                                             const Slot* slot);
-  // Starts fetching the Slot and its summary, for AppendLookupLocked. Null:
-  // nothing.
-  static void PrefetchSlot(const Slot* slot);
-  // The executions an AppendLookups call has written in full (arbiter.cc).
-  class WrittenExecutions;
-  // One status of AppendLookups, the `position`th (1-based) of the answer:
-  // `slot` is the key's (or null) and `hit_summary` its summary when it is a
-  // HIT (else null, and ask.key is read); `written` is null unless
-  // form.share_executions.
-  void AppendLookupLocked(const Ask& ask, const Slot* slot,
-                          const std::string* hit_summary, absl::Time now,
-                          uint32_t field, const AnswerForm& form,
-                          uint32_t position, WrittenExecutions* written,
-                          std::string* out) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // What the index says of a key of `candidate_set` whose slot is `slot`
+  // (null: none).
+  Found FindLocked(absl::string_view candidate_set, const Slot* slot,
+                   absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // `found` for `key` as a KeyStatus, its entry parsed.
+  static v1::KeyStatus StatusOf(const v1::Key& key, Found found);
   static std::string StaleReasonFor(bool fingerprint_matches,
                                     absl::string_view entry_candidate_set,
                                     absl::string_view candidate_set);
   v1::KeyStatus StatusLocked(const v1::Key& key, const Slot* slot,
                              absl::Time now) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return StatusOf(key, FindLocked(key.candidate_set(), slot, now));
+  }
   void SetEntryLocked(const std::string& key_id, std::string summary,
                       std::string candidate_set, bool fingerprint_matches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -324,11 +239,6 @@ class Arbiter {
   // Statuses for every watcher of key_id, to deliver after unlocking.
   void CollectLocked(const std::string& key_id, absl::Time now,
                      std::vector<Notification>* out) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds the slot's entry to by_key_bytes_, or drops it from there (before
-  // its summary changes).
-  void IndexKeyBytesLocked(const Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnindexKeyBytesLocked(const Slot& slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a slot that holds nothing.
   void MaybeEraseSlotLocked(const std::string& key_id)
@@ -346,12 +256,7 @@ class Arbiter {
   const std::optional<std::string> fingerprint_digest_;
 
   mutable absl::Mutex mu_;
-  // Nodes: by_key_bytes_ points at slots.
-  absl::node_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
-  // Every slot with an entry whose summary starts with its key (key_end !=
-  // 0), by the key's bytes: AppendLookups's index.
-  absl::flat_hash_set<const Slot*, KeyBytesHash, KeyBytesEq> by_key_bytes_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);
   // Every candidate set an entry was tuned for; never shrinks (there are a
   // handful, one per client library and kernel set).
   absl::node_hash_set<std::string> candidate_sets_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "proto/execution_convert.h"
@@ -157,6 +158,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                            &port);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
+  // Bounds the memory of the calls in flight (see kCallMemoryQuotaBytes).
+  grpc::ResourceQuota quota("gputuned-calls");
+  quota.Resize(kCallMemoryQuotaBytes);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(d->tune_service_.get());
   builder.RegisterService(d->admin_service_.get());
   builder.experimental().SetInterceptorCreators(

@@ -1,20 +1,25 @@
 #include "daemon/tune_service.h"
 
 #include <deque>
-#include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/logging.h"
 #include "daemon/metrics.h"
+#include "google/protobuf/arena.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "kernels/engine.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
+#include "proto/key_view.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
-#include "proto/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -22,9 +27,6 @@ namespace {
 
 constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
-constexpr size_t kMaxBatchKeys = 100000;
-// BatchLookups of at least this many keys are done in two halves.
-constexpr size_t kSplitBatchKeys = 2048;
 constexpr int kMaxImportEntries = 100000;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -34,36 +36,68 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-// The bytes of a request, joined into `slice` when gRPC holds them in
-// several slices.
-absl::string_view BufferBytes(const grpc::ByteBuffer& buffer,
-                              grpc::Slice* slice) {
-  if (!buffer.Valid() || buffer.Length() == 0 ||
-      !buffer.DumpToSingleSlice(slice).ok()) {
-    return {};
-  }
-  return absl::string_view(reinterpret_cast<const char*>(slice->begin()),
-                           slice->size());
-}
-
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-// Reads an ask's key from its bytes: in place when they are plain (every
-// client's serializer writes plain keys), else with protobuf's parser into
-// the message storage() returns, which must outlive the ask. False when the
-// bytes are not a Key.
-template <typename Storage>
-bool ReadAsk(Arbiter::Ask* ask, Storage storage) {
-  if (ReadPlainKeyView(ask->bytes, &ask->key)) return true;
-  v1::Key& key = storage();
-  if (!key.ParseFromArray(ask->bytes.data(),
-                          static_cast<int>(ask->bytes.size()))) {
-    return false;
+// The request of a raw method, parsed by protobuf on `arena`; null when
+// protobuf rejects the bytes.
+template <typename Request>
+Request* ParseOn(google::protobuf::Arena* arena,
+                 const grpc::ByteBuffer& bytes) {
+  auto* request = google::protobuf::Arena::CreateMessage<Request>(arena);
+  grpc::ByteBuffer shared(bytes);  // the same slices, not a copy
+  if (!grpc::SerializationTraits<Request>::Deserialize(&shared, request).ok()) {
+    return nullptr;
   }
-  ask->key = KeyView::Of(key);
-  return true;
+  return request;
+}
+
+absl::Status NotParsed(absl::string_view type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request could not be parsed as a gputune.v1.", type,
+                   " (malformed protobuf, or a string that is not UTF-8)"));
+}
+
+// Finishes a raw method's call with `message`, serialized by protobuf.
+template <typename Message>
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                 const Message& message,
+                                 grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  const grpc::Status s =
+      grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+// A Found as the answers of Lookup and BatchLookup carry it; returns about
+// how many bytes it takes.
+size_t ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
+  out->set_state(found.state);
+  size_t size = 8;
+  if (found.entry) {
+    out->set_entry(*found.entry);
+    size += found.entry->size();
+  }
+  switch (found.state) {
+    case v1::KEY_STATE_PENDING:
+      size += found.claim->holder().size() + 32;
+      *out->mutable_claim() = std::move(*found.claim);
+      break;
+    case v1::KEY_STATE_BACKOFF:
+      *out->mutable_retry_after() = ToProto(found.retry_after);
+      size += 16;
+      break;
+    case v1::KEY_STATE_STALE:
+      size += found.stale_reason.size();
+      out->set_stale_reason(std::move(found.stale_reason));
+      break;
+    default:
+      break;
+  }
+  return size;
 }
 
 absl::Status ValidateTtl(const google::protobuf::Duration& ttl) {
@@ -78,96 +112,136 @@ absl::Status ValidateClaimId(uint64_t id) {
                  : absl::OkStatus();
 }
 
-// Streams a key's status changes until HIT or cancellation. The arbiter's
-// callback and gRPC's reactions share `Shared`, which outlives the reactor, so
-// a notification racing with OnDone never touches a deleted reactor.
+// Streams a key's status changes until HIT or cancellation.
+//
+// Two locks. `Alive::mu` keeps the reactor alive while the arbiter's
+// callback uses it: the callback and OnDone share `Alive`, which outlives
+// the reactor, so a notification racing with OnDone never touches a deleted
+// reactor. `mu_` guards the stream's state and is never held while a gRPC
+// operation starts: gRPC may run a reaction (OnWriteDone) inline from
+// StartWrite on the caller's thread, and that reaction takes `mu_` again.
+// (OnDone never runs inline: gRPC schedules it, so the callback may hold
+// Alive::mu across StartWrite.)
 class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
  public:
   WatchReactor(Arbiter* arbiter, const v1::Key& key)
-      : arbiter_(arbiter), shared_(std::make_shared<Shared>()) {
-    shared_->reactor = this;
+      : arbiter_(arbiter), alive_(std::make_shared<Alive>()) {
+    {
+      absl::MutexLock lock(&alive_->mu);
+      alive_->reactor = this;
+    }
+    // The first status arrives within Watch; a write started before the
+    // handler returns this reactor waits for gRPC to bind it.
     watch_id_ =
-        arbiter_->Watch(key, [shared = shared_](const v1::KeyStatus& status) {
-          std::lock_guard<std::recursive_mutex> lock(shared->mu);
-          if (shared->reactor != nullptr) shared->reactor->OnStatus(status);
+        arbiter_->Watch(key, [alive = alive_](const v1::KeyStatus& status) {
+          absl::MutexLock lock(&alive->mu);
+          if (alive->reactor != nullptr) alive->reactor->OnStatus(status);
         });
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-    writing_ = false;
-    if (finish_after_write_) {
-      finish_after_write_ = false;
-      return Finish(deferred_);
+    std::optional<grpc::Status> finish;
+    const v1::WatchResponse* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (deferred_) {
+        finish = std::move(deferred_);
+        deferred_.reset();
+      } else if (!ok) {
+        finish = FinishLocked(
+            grpc::Status(grpc::StatusCode::CANCELLED, "watch stream closed"));
+      } else if (last_state_ == v1::KEY_STATE_HIT) {
+        finish = FinishLocked(grpc::Status::OK);
+      } else {
+        write = NextWriteLocked();
+      }
     }
-    if (!ok)
-      return FinishOnce(
-          grpc::Status(grpc::StatusCode::CANCELLED, "watch stream closed"));
-    if (current_.status().state() == v1::KEY_STATE_HIT) {
-      return FinishOnce(grpc::Status::OK);
+    if (finish) {
+      Finish(*finish);
+    } else if (write != nullptr) {
+      StartWrite(write);
     }
-    WriteNext();
   }
 
   void OnCancel() override {
-    std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      finish = FinishLocked(
+          grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    }
+    if (finish) Finish(*finish);
   }
 
   void OnDone() override {
     {
-      std::lock_guard<std::recursive_mutex> lock(shared_->mu);
-      shared_->reactor = nullptr;
+      absl::MutexLock lock(&alive_->mu);
+      alive_->reactor = nullptr;
     }
     arbiter_->Unwatch(watch_id_);
     delete this;
   }
 
  private:
-  struct Shared {
-    std::recursive_mutex mu;
-    WatchReactor* reactor = nullptr;
+  struct Alive {
+    absl::Mutex mu;
+    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
   };
 
-  // Called with shared_->mu held. Keeps only the newest status while a write
-  // is in flight.
-  void OnStatus(const v1::KeyStatus& status) {
-    if (finished_) return;
-    pending_ = status;
-    has_pending_ = true;
-    if (!writing_) WriteNext();
+  // Keeps only the newest status while a write is in flight.
+  void OnStatus(const v1::KeyStatus& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    const v1::WatchResponse* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      pending_ = status;
+      has_pending_ = true;
+      if (!writing_) write = NextWriteLocked();
+    }
+    if (write != nullptr) StartWrite(write);
   }
 
-  void WriteNext() {
-    if (!has_pending_ || finished_) return;
+  // The pending status as the next message to write (null: none); the
+  // caller starts the write once mu_ is released.
+  const v1::WatchResponse* NextWriteLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!has_pending_ || finished_) return nullptr;
+    last_state_ = pending_.state();
     *current_.mutable_status() = std::move(pending_);
     has_pending_ = false;
     writing_ = true;
-    StartWrite(&current_);
+    return &current_;
   }
 
-  void FinishOnce(const grpc::Status& status) {
-    if (finished_) return;
+  // The status to finish with now, or none: already finished, or a write is
+  // in flight (then OnWriteDone finishes with it).
+  std::optional<grpc::Status> FinishLocked(grpc::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return std::nullopt;
     finished_ = true;
     if (writing_) {
-      deferred_ = status;
-      finish_after_write_ = true;
-    } else {
-      Finish(status);
+      deferred_ = std::move(status);
+      return std::nullopt;
     }
+    return status;
   }
 
   Arbiter* const arbiter_;
-  std::shared_ptr<Shared> shared_;
-  uint64_t watch_id_ = 0;
-  // Guarded by shared_->mu.
+  const std::shared_ptr<Alive> alive_;
+  uint64_t watch_id_ = 0;  // set before gRPC can call OnDone
+
+  absl::Mutex mu_;
+  // The message being written: changed only under mu_ while !writing_, read
+  // by gRPC while writing_.
   v1::WatchResponse current_;
-  v1::KeyStatus pending_;
-  bool has_pending_ = false;
-  bool writing_ = false;
-  bool finished_ = false;
-  bool finish_after_write_ = false;
-  grpc::Status deferred_;
+  v1::KeyState last_state_ ABSL_GUARDED_BY(mu_) = v1::KEY_STATE_UNSPECIFIED;
+  v1::KeyStatus pending_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // The status to finish with once the write in flight is done.
+  std::optional<grpc::Status> deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -187,11 +261,7 @@ TuneServiceImpl::TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
       store_(store),
       jobs_(jobs),
       store_executor_(store_executor),
-      clock_(clock),
-      // Two BatchLookups' halves at once; up to 4 MiB each (a 10,000-key
-      // batch's half takes ~1.5 MiB): a 100,000-key Preload's buffers are
-      // not kept for the daemon's lifetime.
-      answer_buffers_(std::make_shared<BufferPool>(4, 4 << 20)) {}
+      clock_(clock) {}
 
 grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
     grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
@@ -202,155 +272,82 @@ grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
-  grpc::Slice request_slice;
-  const absl::string_view bytes = BufferBytes(*request, &request_slice);
-  // The key's bytes. A repeated key field merges (protobuf rules): then the
-  // merged key is serialized again.
-  Arbiter::Ask ask;
-  int keys = 0;
-  wire::Reader r(bytes);
-  while (r.Next()) {
-    if (r.field() == v1::LookupRequest::kKeyFieldNumber &&
-        r.type() == wire::WireType::kBytes) {
-      ask.bytes = r.bytes();
-      ++keys;
-    }
-  }
-  if (!r.ok()) return Done(ctx, Invalid("request", "not a LookupRequest"));
-  std::string merged;
-  if (keys > 1) {
-    v1::LookupRequest parsed;
-    if (!parsed.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-      return Done(ctx, Invalid("request", "not a LookupRequest"));
-    merged = parsed.key().SerializeAsString();
-    ask.bytes = merged;
-  }
-  v1::Key parsed;
-  auto read_key = [&](size_t, Arbiter::Ask* ask) {
-    if (!ReadAsk(ask, [&]() -> v1::Key& { return parsed; })) {
-      return Invalid("key", "not a Key");
-    }
-    return ValidateKey(ask->key, "key");
-  };
-  thread_local std::string answer;
-  answer.clear();
-  if (absl::Status s = arbiter_->AppendLookups(
-          {&ask, 1}, v1::LookupResponse::kStatusFieldNumber,
-          Arbiter::AnswerForm(), read_key, &answer);
-      !s.ok()) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  // Answered inline, so the messages live on this frame: a Lookup allocates
+  // nothing but its answer's slice.
+  char block[2048];
+  google::protobuf::Arena arena(block, sizeof(block));
+  const auto* request = ParseOn<v1::LookupRequest>(&arena, *request_bytes);
+  if (request == nullptr) return Done(ctx, NotParsed("LookupRequest"));
+  if (absl::Status s = ValidateKey(request->key(), "key"); !s.ok()) {
     return Done(ctx, s);
   }
-  grpc::Slice slice(answer.data(), answer.size());  // a copy: small
-  *response = grpc::ByteBuffer(&slice, 1);
-  return Done(ctx, absl::OkStatus());
+  auto* response =
+      google::protobuf::Arena::CreateMessage<v1::LookupResponse>(&arena);
+  ToLookupStatus(arbiter_->Find(request->key()), response->mutable_status());
+  return Answer(ctx, *response, response_bytes);
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
-  grpc::Slice request_slice;
-  const absl::string_view bytes = BufferBytes(*request, &request_slice);
-  std::vector<Arbiter::Ask> asks;
-  // A dense key takes ~36 bytes; no more than the most a batch may hold.
-  asks.reserve(std::min(bytes.size() / 32, kMaxBatchKeys));
-  size_t keys = 0;
-  Arbiter::AnswerForm form;
-  wire::Reader r(bytes);
-  while (r.Next()) {
-    if (r.field() == v1::BatchLookupRequest::kKeysFieldNumber &&
-        r.type() == wire::WireType::kBytes) {
-      // Counted past the limit, kept only up to it.
-      if (++keys <= kMaxBatchKeys) asks.push_back({KeyView(), r.bytes()});
-    } else if (r.field() == v1::BatchLookupRequest::kOmitKeysFieldNumber &&
-               r.type() == wire::WireType::kVarint) {
-      form.omit_keys = r.number() != 0;
-    } else if (r.field() ==
-                   v1::BatchLookupRequest::kShareExecutionsFieldNumber &&
-               r.type() == wire::WireType::kVarint) {
-      form.share_executions = r.number() != 0;
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  google::protobuf::Arena arena;
+  const auto* request = ParseOn<v1::BatchLookupRequest>(&arena, *request_bytes);
+  if (request == nullptr) return Done(ctx, NotParsed("BatchLookupRequest"));
+  const size_t count = request->keys_size();
+  if (count == 0 || count > kMaxBatchKeys) {
+    return Done(
+        ctx, Invalid("keys",
+                     absl::StrCat("must hold 1..", kMaxBatchKeys, " keys, got ",
+                                  count, " (split the batch)")));
+  }
+  // Each key once: a repeated key is answered with the index of its first
+  // occurrence, so that naming one key many times makes no larger answer.
+  std::vector<const v1::Key*> distinct;
+  distinct.reserve(count);
+  std::vector<uint32_t> same_as(count, 0);
+  absl::flat_hash_map<KeyView, uint32_t> first;
+  first.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const KeyView view = KeyView::Of(request->keys(i));
+    // The field's name is built only for an invalid key.
+    if (!ValidateKey(view, "key").ok()) {
+      ctx->AddTrailingMetadata(std::string(kKeyIndexTrailer),
+                               std::to_string(i));
+      return Done(ctx, ValidateKey(view, absl::StrCat("keys[", i, "]")));
+    }
+    auto [it, inserted] = first.try_emplace(view, static_cast<uint32_t>(i));
+    if (inserted) {
+      distinct.push_back(&request->keys(i));
+    } else {
+      same_as[i] = it->second + 1;
     }
   }
-  if (!r.ok()) return Done(ctx, Invalid("request", "not a BatchLookupRequest"));
-  if (keys == 0 || keys > kMaxBatchKeys) {
-    return Done(ctx,
-                Invalid("keys", absl::StrCat("must hold 1..", kMaxBatchKeys,
-                                             " keys, got ", keys)));
-  }
-  // A key the index knows by its bytes needs no checking; any other is
-  // checked as it is answered, and one bad key fails the whole batch. A
-  // large batch is done in two halves, the second on the other core if it
-  // is free: the asker is waiting, and this is all CPU.
-  struct Half {
-    size_t begin = 0, end = 0;
-    absl::Status error;
-    std::unique_ptr<std::string> answer;
-    std::deque<v1::Key> parsed;  // keys whose bytes were not plain
-  };
-  const size_t split =
-      asks.size() >= kSplitBatchKeys ? asks.size() / 2 : asks.size();
-  Half halves[2];
-  halves[0].end = halves[1].begin = split;
-  halves[1].end = asks.size();
-  auto run = [&](int h) {
-    Half& half = halves[h];
-    auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-      i += half.begin;
-      if (!ReadAsk(ask,
-                   [&]() -> v1::Key& { return half.parsed.emplace_back(); })) {
-        return Invalid(absl::StrCat("keys[", i, "]"), "not a Key");
-      }
-      // The field's name is built only for an invalid key.
-      if (!ValidateKey(ask->key, "key").ok()) {
-        return ValidateKey(ask->key, absl::StrCat("keys[", i, "]"));
-      }
-      return absl::OkStatus();
-    };
-    half.answer = answer_buffers_->Take();
-    // What a HIT of a dense key takes, with its key (~240 bytes) or without
-    // (~160), ~100 less with a shared execution; larger entries grow the
-    // buffer.
-    half.answer->reserve(
-        (half.end - half.begin) *
-        ((form.omit_keys ? 192 : 256) - (form.share_executions ? 96 : 0)));
-    Arbiter::AnswerForm half_form = form;
-    half_form.first_status = half.begin;
-    half.error = arbiter_->AppendLookups(
-        absl::MakeSpan(asks).subspan(half.begin, half.end - half.begin),
-        v1::BatchLookupResponse::kStatusesFieldNumber, half_form, read_key,
-        half.answer.get());
-  };
-  if (split < asks.size()) {
-    batch_halves_.Run(run);
-  } else {
-    run(0);
-  }
-  for (Half& half : halves) {
-    if (!half.error.ok()) {
-      for (Half& h : halves) answer_buffers_->Give(std::move(h.answer));
-      return Done(ctx, half.error);
+  std::vector<Arbiter::Found> found = arbiter_->Find(distinct);
+  auto* response =
+      google::protobuf::Arena::CreateMessage<v1::BatchLookupResponse>(&arena);
+  response->mutable_statuses()->Reserve(static_cast<int>(count));
+  size_t size = 0;
+  for (size_t i = 0, next = 0; i < count; ++i) {
+    v1::LookupStatus* status = response->add_statuses();
+    if (same_as[i] != 0) {
+      status->set_same_as(same_as[i]);
+      size += 8;
+    } else {
+      size += ToLookupStatus(std::move(found[next++]), status);
+    }
+    if (size > kMaxBatchAnswerBytes) {
+      // Keys [0, i) fit.
+      return Done(ctx, absl::ResourceExhaustedError(absl::StrCat(
+                           "the answer to these ", count, " keys would exceed ",
+                           kMaxBatchAnswerBytes >> 20, " MiB (the first ", i,
+                           " fit): split the batch into BatchLookups of at "
+                           "most ",
+                           std::max<size_t>(i, 1), " keys")));
     }
   }
-  // Sent from the buffers without a copy; back to the pool once sent.
-  struct Sending {
-    std::shared_ptr<BufferPool> pool;
-    std::unique_ptr<std::string> answer;
-  };
-  std::vector<grpc::Slice> slices;
-  for (Half& half : halves) {
-    if (half.answer == nullptr) continue;
-    const std::string& answer = *half.answer;
-    slices.emplace_back(
-        const_cast<char*>(answer.data()), answer.size(),
-        [](void* p) {
-          std::unique_ptr<Sending> sent(static_cast<Sending*>(p));
-          sent->pool->Give(std::move(sent->answer));
-        },
-        new Sending{answer_buffers_, std::move(half.answer)});
-  }
-  *response = grpc::ByteBuffer(slices.data(), slices.size());
-  return Done(ctx, absl::OkStatus());
+  return Answer(ctx, *response, response_bytes);
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Claim(

@@ -13,13 +13,12 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
-#include "daemon/buffer_pool.h"
 #include "daemon/clock.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
-#include "daemon/split_runner.h"
 #include "gputune/v1/tune.grpc.pb.h"
 #include "storage/tune_store.h"
 
@@ -41,9 +40,28 @@ struct DaemonInfo {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
-// Lookup and BatchLookup are raw methods: they read the request's bytes and
-// write the answer's (see Arbiter::AppendLookups); the other methods work on
-// messages. On the wire all of them are the messages of tune.proto.
+// Keys a BatchLookup may hold.
+inline constexpr size_t kMaxBatchKeys = 100000;
+// The largest BatchLookup answer; a larger one is refused with
+// RESOURCE_EXHAUSTED saying how to split the batch. Below the client
+// library's 64 MiB receive limit.
+inline constexpr size_t kMaxBatchAnswerBytes = size_t{48} << 20;
+// The trailing metadata of a BatchLookup refused for an invalid key: the
+// key's index (decimal), for callers that act on it without reading the
+// message.
+inline constexpr absl::string_view kKeyIndexTrailer = "gputune-key-index";
+// The server's ResourceQuota: the budget gRPC accounts the memory of its
+// connections and calls in flight against (buffers of requests being read
+// and answers being sent); under pressure it shrinks its read buffers and
+// holds off new work, so many large answers to askers that do not read them
+// cannot grow the daemon without bound.
+inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
+
+// Lookup and BatchLookup are raw methods that parse their requests with
+// protobuf themselves, on an arena: gRPC answers a request its own
+// deserializer rejects with UNIMPLEMENTED and no message; these answer
+// INVALID_ARGUMENT saying the request could not be parsed. On the wire all
+// methods are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
     v1::TuneService::WithRawCallbackMethod_BatchLookup<
         v1::TuneService::CallbackService>>;
@@ -113,11 +131,6 @@ class TuneServiceImpl final : public TuneServiceBase {
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
   const Clock* const clock_;
-  // BatchLookup answers; shared with the slices gRPC sends them from, which
-  // may outlive the service.
-  const std::shared_ptr<BufferPool> answer_buffers_;
-  // Large BatchLookups in two halves.
-  SplitRunner batch_halves_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

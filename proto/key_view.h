@@ -1,32 +1,25 @@
-// KeyView: a tune key's fields, borrowed from a v1::Key or read straight
-// from its serialized bytes.
+// KeyView: a tune key's fields, borrowed from a v1::Key.
 //
-// Validation (ValidateKey), identity (AppendKeyId) and the client's memo all
-// work on a KeyView, so the daemon can answer a BatchLookup of 10,000 keys
-// without building 10,000 Key messages:
+// Validation (ValidateKey), identity (AppendKeyId) and the client's memo work
+// on a KeyView: one switch over the key's oneof, and the memo finds a key
+// without building a string.
 //
-//   KeyView view;
-//   v1::Key parsed;  // only for bytes that are not plain
-//   if (!ReadPlainKeyView(key_bytes, &view)) {
-//     if (!parsed.ParseFromString(key_bytes)) return Invalid("not a Key");
-//     view = KeyView::Of(parsed);
-//   }
+//   const KeyView view = KeyView::Of(key);
 //   if (absl::Status s = ValidateKey(view, "key"); !s.ok()) return s;
 //   AppendKeyId(view, &id);
 #ifndef GPUTUNE_PROTO_KEY_VIEW_H_
 #define GPUTUNE_PROTO_KEY_VIEW_H_
 
-#include <cstddef>
 #include <cstdint>
-#include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/string_view.h"
 #include "gputune/v1/tune.pb.h"
 
 namespace gputune {
 
-// Borrows from the v1::Key or the bytes it was made from.
+// Borrows from the v1::Key it was made from, which must outlive it.
 struct KeyView {
   // Which member of the key's `op` oneof is set.
   enum class Op : uint8_t { kNone, kDense, kCustom };
@@ -45,24 +38,15 @@ struct KeyView {
   auto Tie() const {
     return std::make_tuple(op, phase, m, k, n, name, params, candidate_set);
   }
+  // Equal views are views of equal keys.
+  friend bool operator==(const KeyView& a, const KeyView& b) {
+    return a.Tie() == b.Tie();
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const KeyView& v) {
+    return H::combine(std::move(h), v.Tie());
+  }
 };
-
-// Reads a serialized v1::Key into *out in place when its bytes are plain:
-// each field at most once and with its own wire type, no unknown fields,
-// only one member of the oneof, ASCII strings. That is what any protobuf
-// serializer writes for a valid key, and for such bytes *out equals
-// KeyView::Of(the key protobuf parses). Returns false for anything else,
-// malformed bytes included: parse those with protobuf, which decides.
-bool ReadPlainKeyView(absl::string_view bytes, KeyView* out);
-
-// The key a view describes, as a message.
-v1::Key KeyOf(const KeyView& view);
-
-// Appends KeyOf(view) as length-delimited field `field` of a message being
-// written by hand, in the bytes protobuf writes, straight from the view:
-// for the client's BatchLookup, which sends thousands of keys at start-up.
-// Returns the size of the key's bytes, the last ones in *out.
-size_t AppendKeyField(uint32_t field, const KeyView& view, std::string* out);
 
 }  // namespace gputune
 

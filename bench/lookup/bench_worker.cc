@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "echo.grpc.pb.h"
 #include "gputune/client.h"
+#include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/key_format.h"
 
@@ -78,17 +80,13 @@ absl::StatusOr<Call> EchoCall(const WorkerArgs& args,
   *lookup_request.mutable_key() = keys[0];
   size_t reply_size = 200;
   {
-    ClientOptions options;
-    options.endpoint = lookup_endpoint;
-    options.memo_capacity = 0;
-    auto client = Client::Create(options);
-    if (client.ok()) {
-      absl::StatusOr<LookupResult> r = (*client)->Lookup(keys[0]);
-      if (r.ok()) {
-        v1::LookupResponse response;
-        *response.mutable_status() = r->status();
-        reply_size = response.ByteSizeLong();
-      }
+    auto lookup = v1::TuneService::NewStub(grpc::CreateCustomChannel(
+        lookup_endpoint, grpc::InsecureChannelCredentials(),
+        ChannelArgumentsFor(ClientOptions{})));
+    grpc::ClientContext ctx;
+    v1::LookupResponse response;
+    if (lookup->Lookup(&ctx, lookup_request, &response).ok()) {
+      reply_size = response.ByteSizeLong();
     }
   }
   auto request = std::make_shared<EchoRequest>();

@@ -11,7 +11,8 @@
 // imports --entries entries, and starts a trivial gRPC echo server built the
 // same way (bench/lookup/echo_server.cc). Then it measures, in one run:
 //   - memo hits: Client::Lookup of memoised keys (no I/O), ns per call;
-//   - BatchLookup of --batch keys (31 calls back to back before each round
+//   - BatchLookup of --batch keys until every entry is readable (31 calls
+//     back to back, each entry read, before each round
 //     of the first --procs count's runs, or --rounds times without any; the
 //     median of each round, then over rounds), and the echo server moving
 //     the same bytes;
@@ -51,8 +52,10 @@
 #include "bench/lookup/echo_server.h"
 #include "echo.grpc.pb.h"
 #include "gputune/client.h"
+#include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
@@ -466,11 +469,8 @@ int Orchestrate(const Flags& flags) {
   // bytes each way through the same kind of channel.
   size_t batch_request_bytes = 0, batch_answer_bytes = 0;
   {
-    // As the client asks: statuses without the keys it sent.
     v1::BatchLookupRequest request;
     for (const v1::Key& k : batch_keys) *request.add_keys() = k;
-    request.set_omit_keys(true);
-    request.set_share_executions(true);
     batch_request_bytes = request.ByteSizeLong();
     auto stub = v1::TuneService::NewStub(grpc::CreateCustomChannel(
         b.daemon_endpoint, grpc::InsecureChannelCredentials(),
@@ -490,14 +490,17 @@ int Orchestrate(const Flags& flags) {
   echo_request.set_reply_size(static_cast<uint32_t>(batch_answer_bytes));
 
   // One round: the call 31 times back to back, as the Lookup figures are
-  // measured, and its echo 31 times; the median of each. A round runs
-  // before each round of the first process count's runs below (1 by
-  // default), so that the machine's drift hits BatchLookup and Lookup
-  // alike; the figures are the medians over the rounds.
-  std::vector<double> batch_round_ms, batch_echo_round_ms;
+  // measured, each until every entry is readable (the client parses an
+  // entry on its first read: read them all, as a Preload's caller will),
+  // and its echo 31 times; the median of each. A round runs before each
+  // round of the first process count's runs below (1 by default), so that
+  // the machine's drift hits BatchLookup and Lookup alike; the figures are
+  // the medians over the rounds.
+  std::vector<double> batch_round_ms, batch_returned_round_ms,
+      batch_echo_round_ms;
   std::string batch_error;
   auto batch_round = [&]() -> bool {
-    std::vector<double> call_ms, echo_ms;
+    std::vector<double> readable_ms, returned_ms, echo_ms;
     for (int i = 0; i < 31; ++i) {
       const auto start = Clock::now();
       absl::StatusOr<std::vector<LookupResult>> r =
@@ -507,13 +510,18 @@ int Orchestrate(const Flags& flags) {
         batch_error = "BatchLookup: " + r.status().ToString();
         return false;
       }
-      size_t hits = 0;
-      for (const LookupResult& result : *r) hits += result.hit();
-      if (hits != batch_keys.size()) {
-        batch_error = "BatchLookup: not all HITs";
+      size_t read = 0;
+      for (const LookupResult& result : *r) {
+        read += result.hit() && result.entry().has_execution();
+      }
+      const auto readable = Clock::now();
+      if (read != batch_keys.size()) {
+        batch_error = "BatchLookup: not every key a HIT with an execution";
         return false;
       }
-      call_ms.push_back(
+      readable_ms.push_back(
+          std::chrono::duration<double, std::milli>(readable - start).count());
+      returned_ms.push_back(
           std::chrono::duration<double, std::milli>(returned - start).count());
     }
     for (int i = 0; i < 32; ++i) {
@@ -530,31 +538,12 @@ int Orchestrate(const Flags& flags) {
                 .count());
       }
     }
-    batch_round_ms.push_back(Median(call_ms));
+    batch_round_ms.push_back(Median(readable_ms));
+    batch_returned_round_ms.push_back(Median(returned_ms));
     batch_echo_round_ms.push_back(Median(echo_ms));
     return true;
   };
 
-  // Apart: the call plus reading every answer's execution (the client
-  // parses each status on first use). Parsing 10,000 entries between two
-  // calls leaves the next one cold caches and a heap to refill, which is not
-  // the call's own cost.
-  std::vector<double> batch_read_ms;
-  for (int i = 0; i < 11; ++i) {
-    const auto start = Clock::now();
-    absl::StatusOr<std::vector<LookupResult>> r =
-        (*rpc_client)->BatchLookup(batch_keys);
-    if (!r.ok()) return fail("BatchLookup: " + r.status().ToString());
-    size_t read = 0;
-    for (const LookupResult& result : *r) {
-      read += result.hit() && result.entry().has_execution();
-    }
-    if (read != batch_keys.size()) return fail("BatchLookup: not all read");
-    batch_read_ms.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - start)
-            .count());
-  }
-  const double batch_read_median_ms = Median(batch_read_ms);
   if (batch_profile_seconds > 0) {
     // For profilers: BatchLookup back to back, the daemon's pid said first
     // (perf record -p <it>,<this> while it runs).
@@ -596,6 +585,7 @@ int Orchestrate(const Flags& flags) {
     }
   }
   const double batch_median_ms = Median(batch_round_ms);
+  const double batch_returned_median_ms = Median(batch_returned_round_ms);
   const double batch_echo_median_ms = Median(batch_echo_round_ms);
   std::cerr << "\n";
   Stop(echo);
@@ -647,10 +637,6 @@ int Orchestrate(const Flags& flags) {
   absl::StrAppend(&json, "  \"runs\": [\n");
   std::vector<std::string> json_rows;
   std::vector<std::string> verdicts;
-  // The batch's yardstick: one Lookup's p50 at the smallest process count.
-  const Row one_lookup = procs.empty()
-                             ? Row{0, 0, 0, 0, 0, 0}
-                             : summarize(procs.front(), Mode::kLookup);
   for (int n : procs) {
     const Row echo_row = summarize(n, Mode::kEcho);
     for (Mode mode : modes) {
@@ -679,13 +665,13 @@ int Orchestrate(const Flags& flags) {
     const Row lookup = summarize(n, Mode::kLookup);
     if (n == 1) {
       verdicts.push_back(absl::StrFormat(
-          "Lookup p50 %.2fx echo (target <= 1.15): %s",
+          "Lookup p50 %.2fx echo (target <= 1.25): %s",
           lookup.p50 / echo_row.p50,
-          lookup.p50 <= 1.15 * echo_row.p50 ? "met" : "MISSED"));
+          lookup.p50 <= 1.25 * echo_row.p50 ? "met" : "MISSED"));
       verdicts.push_back(absl::StrFormat(
-          "Lookup p99 %.2fx echo (target <= 1.15): %s",
+          "Lookup p99 %.2fx echo (target <= 1.25): %s",
           lookup.p99 / echo_row.p99,
-          lookup.p99 <= 1.15 * echo_row.p99 ? "met" : "MISSED"));
+          lookup.p99 <= 1.25 * echo_row.p99 ? "met" : "MISSED"));
     } else {
       verdicts.push_back(absl::StrFormat(
           "throughput with %d procs %.2fx echo (target >= 0.85): %s", n,
@@ -695,48 +681,31 @@ int Orchestrate(const Flags& flags) {
     std::printf("\n");
   }
   absl::StrAppend(&json, absl::StrJoin(json_rows, ",\n"), "\n  ],\n");
-  const double batch_ratio =
-      one_lookup.p50 > 0 ? batch_median_ms * 1000 / one_lookup.p50 : 0;
-  const double batch_read_ratio =
-      one_lookup.p50 > 0 ? batch_read_median_ms * 1000 / one_lookup.p50 : 0;
   const std::string batch_rounds =
       absl::StrJoin(batch_round_ms, " ", [](std::string* out, double ms) {
         absl::StrAppend(out, absl::StrFormat("%.2f", ms));
       });
-  verdicts.push_back(
-      one_lookup.p50 > 0
-          ? absl::StrFormat(
-                "BatchLookup of %zu keys %.2f ms (rounds %s) = %.1fx one "
-                "Lookup p50 (target <= 20): %s; with every entry read %.2f "
-                "ms = %.1fx; echo of its bytes (%zu B in, %zu B out) %.2f "
-                "ms = %.1fx",
-                batch_keys.size(), batch_median_ms, batch_rounds, batch_ratio,
-                batch_ratio <= 20 ? "met" : "MISSED", batch_read_median_ms,
-                batch_read_ratio, batch_request_bytes, batch_answer_bytes,
-                batch_echo_median_ms,
-                batch_echo_median_ms * 1000 / one_lookup.p50)
-          : absl::StrFormat("BatchLookup of %zu keys %.2f ms (rounds %s); "
-                            "with every entry read %.2f ms; echo of its bytes "
-                            "(%zu B in, %zu B out) %.2f ms (no Lookup run to "
-                            "compare with)",
-                            batch_keys.size(), batch_median_ms, batch_rounds,
-                            batch_read_median_ms, batch_request_bytes,
-                            batch_answer_bytes, batch_echo_median_ms));
+  verdicts.push_back(absl::StrFormat(
+      "BatchLookup of %zu keys until every entry is readable %.2f ms "
+      "(rounds %s) (target <= 14): %s; returned (entries not yet parsed) "
+      "%.2f ms; echo of its bytes (%zu B in, %zu B out) %.2f ms",
+      batch_keys.size(), batch_median_ms, batch_rounds,
+      batch_median_ms <= 14 ? "met" : "MISSED", batch_returned_median_ms,
+      batch_request_bytes, batch_answer_bytes, batch_echo_median_ms));
   verdicts.push_back(absl::StrFormat(
       "memo hit %.1f ns (%zu keys; one key %.1f ns; 2 threads %.1f ns) "
-      "(target <= 100): %s; reading the execution too %.1f ns",
+      "(target <= 100): %s; reading the execution too %.1f ns (target <= "
+      "150): %s",
       memo_ns, keys.size(), memo_same_ns, memo_2t_ns,
-      memo_ns <= 100 ? "met" : "MISSED", memo_read_ns));
+      memo_ns <= 100 ? "met" : "MISSED", memo_read_ns,
+      memo_read_ns <= 150 ? "met" : "MISSED"));
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
   absl::StrAppend(
       &json, "  \"batch_lookup\": {\"keys\": ", batch_keys.size(),
-      ", \"median_ms\": ", absl::StrFormat("%.3f", batch_median_ms),
+      ", \"readable_median_ms\": ", absl::StrFormat("%.3f", batch_median_ms),
       ", \"rounds_ms\": [", absl::StrJoin(batch_round_ms, ", "), "]",
-      ", \"ratio_to_lookup_p50\": ", absl::StrFormat("%.2f", batch_ratio),
-      ", \"with_entries_read_ms\": ",
-      absl::StrFormat("%.3f", batch_read_median_ms),
-      ", \"with_entries_read_ratio\": ",
-      absl::StrFormat("%.2f", batch_read_ratio),
+      ", \"returned_ms\": ",
+      absl::StrFormat("%.3f", batch_returned_median_ms),
       ", \"request_bytes\": ", batch_request_bytes,
       ", \"answer_bytes\": ", batch_answer_bytes,
       ", \"echo_of_same_bytes_ms\": ",

@@ -5,24 +5,24 @@
 #include <algorithm>
 #include <fstream>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "client/src/client_impl.h"
-#include "client/src/status_cell.h"
+#include "client/src/lookup_cell.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "proto/key_view.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
-#include "proto/wire.h"
 
 namespace gputune {
 namespace {
 
 using client_internal::kMaxBatchKeys;
-using client_internal::kTwoPartBatchKeys;
+using google::protobuf::Arena;
 
 // "<program> pid <pid> on <host>": who holds a claim, for people reading
 // gputunectl status.
@@ -67,16 +67,38 @@ client_internal::BreakerOptions BreakerFor(const ClientOptions& o) {
 
 }  // namespace
 
-LookupResult::LookupResult(
-    std::shared_ptr<const client_internal::StatusCell> cell, bool from_memo)
-    : cell_(std::move(cell)), from_memo_(from_memo) {}
+namespace {
+
+// The payload of a BatchLookup error about one key: its index, in decimal.
+constexpr absl::string_view kKeyIndexPayload =
+    "type.gputune.dev/gputune.v1.InvalidKeyIndex";
+
+}  // namespace
+
+std::optional<size_t> InvalidKeyIndex(const absl::Status& status) {
+  const auto payload = status.GetPayload(kKeyIndexPayload);
+  size_t index = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &index)) {
+    return std::nullopt;
+  }
+  return index;
+}
+
+namespace client_internal {
+
+absl::Status WithKeyIndex(absl::Status status, size_t index) {
+  status.SetPayload(kKeyIndexPayload, absl::Cord(absl::StrCat(index)));
+  return status;
+}
+
+}  // namespace client_internal
 
 v1::KeyState LookupResult::state() const {
   return cell_ ? cell_->state() : v1::KEY_STATE_UNSPECIFIED;
 }
 
 const v1::Entry& LookupResult::entry() const {
-  return cell_ ? cell_->status().entry() : v1::Entry::default_instance();
+  return cell_ ? cell_->entry() : v1::Entry::default_instance();
 }
 
 const v1::KeyStatus& LookupResult::status() const {
@@ -105,205 +127,128 @@ Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
           },
           options.deadline) {}
 
-LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
-  return Remember(key, std::make_shared<const client_internal::StatusCell>(
-                           std::move(status)));
-}
-
 LookupResult Client::Impl::Remember(
     const v1::Key& key,
-    std::shared_ptr<const client_internal::StatusCell> cell) {
+    std::shared_ptr<const client_internal::LookupCell> cell) {
   memo.Put(key, cell);
-  return LookupResult(std::move(cell), /*from_memo=*/false);
+  return client_internal::ResultAccess::Make(std::move(cell),
+                                             /*from_memo=*/false);
+}
+
+LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
+  return Remember(key, std::make_shared<const client_internal::LookupCell>(
+                           std::move(status)));
 }
 
 namespace {
 
-// One BatchLookup RPC of a batch: its request, written by hand; the call in
-// flight; then its answer.
+// One BatchLookup RPC of a batch: keys[first, first + count) of it, the
+// messages on an arena that its results keep, the call in flight.
 struct BatchPart {
-  const v1::Key* keys = nullptr;
-  size_t begin = 0;  // keys[0] is the batch's keys[begin]
+  size_t first = 0;
   size_t count = 0;
-  std::shared_ptr<client_internal::CallBytes> call =
-      std::make_shared<client_internal::CallBytes>();
-  // Each key's bytes in call->request.
-  std::vector<absl::string_view> asked_keys;
+  std::shared_ptr<Arena> arena = std::make_shared<Arena>();
+  v1::BatchLookupRequest* request =
+      Arena::CreateMessage<v1::BatchLookupRequest>(arena.get());
+  v1::BatchLookupResponse* response =
+      Arena::CreateMessage<v1::BatchLookupResponse>(arena.get());
   grpc::ClientContext ctx;
-  grpc::ByteBuffer request;
-  grpc::ByteBuffer response;
   grpc::Status status;  // set before `done`
   absl::Notification done;
-  // The answer split into cells, as soon as it came (while later parts are
-  // still in flight).
-  absl::StatusOr<
-      std::vector<std::shared_ptr<const client_internal::StatusCell>>>
-      cells;
 };
-
-// Writes the part's request, checking each key as it goes (one pass over
-// the keys, which a batch of 10,000 no longer finds in the CPU's caches on
-// a second). The part's keys are keys[first], ... of the batch: an invalid
-// key is named by that index.
-absl::Status WriteBatchRequest(BatchPart* part, size_t first) {
-  std::string& request = part->call->request;
-  request.reserve(part->count * 48 + 4);
-  std::vector<std::pair<size_t, size_t>> key_spans(part->count);
-  for (size_t i = 0; i < part->count; ++i) {
-    const KeyView view = KeyView::Of(part->keys[i]);
-    // The field's name is built only for an invalid key.
-    if (!ValidateKey(view, "key").ok()) {
-      return ValidateKey(view, absl::StrCat("keys[", first + i, "]"));
-    }
-    const size_t size = AppendKeyField(v1::BatchLookupRequest::kKeysFieldNumber,
-                                       view, &request);
-    key_spans[i] = {request.size() - size, size};
-  }
-  wire::AppendVarintField(v1::BatchLookupRequest::kOmitKeysFieldNumber, 1,
-                          &request);
-  wire::AppendVarintField(v1::BatchLookupRequest::kShareExecutionsFieldNumber,
-                          1, &request);
-  part->asked_keys.resize(part->count);
-  for (size_t i = 0; i < part->count; ++i) {
-    part->asked_keys[i] = absl::string_view(request).substr(
-        key_spans[i].first, key_spans[i].second);
-  }
-  // gRPC reads the request in place; the slice keeps it alive.
-  auto* keep =
-      new std::shared_ptr<const client_internal::CallBytes>(part->call);
-  grpc::Slice slice(
-      const_cast<char*>(request.data()), request.size(),
-      [](void* p) {
-        delete static_cast<std::shared_ptr<const client_internal::CallBytes>*>(
-            p);
-      },
-      keep);
-  part->request = grpc::ByteBuffer(&slice, 1);
-  return absl::OkStatus();
-}
 
 }  // namespace
 
-namespace client_internal {
-
-absl::Status ShiftKeyIndex(absl::Status status, size_t offset) {
-  absl::string_view message = status.message();
-  size_t index = 0;
-  const size_t close = message.find(']');
-  if (offset == 0 || !absl::ConsumePrefix(&message, "keys[") ||
-      close == absl::string_view::npos ||
-      !absl::SimpleAtoi(message.substr(0, close - 5), &index)) {
-    return status;
+absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
+                                          std::vector<LookupResult>* out) {
+  // Every key is checked before anything is sent.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // The field's name is built only for an invalid key.
+    if (!ValidateKey(keys[i], "key").ok()) {
+      return client_internal::WithKeyIndex(
+          ValidateKey(keys[i], absl::StrCat("keys[", i, "]")), i);
+    }
   }
-  return absl::Status(
-      status.code(),
-      absl::StrCat("keys[", index + offset, status.message().substr(close)));
-}
-
-}  // namespace client_internal
-
-absl::Status Client::Impl::BatchLookupParts(const v1::Key* keys, size_t count,
-                                            std::vector<LookupResult>* out) {
-  // Serialized by hand, and the answers split into StatusCells that parse on
-  // first use: a batch of 10,000 keys would otherwise copy every key into a
-  // request and parse some fifteen messages per answer before returning.
-  // The statuses come without keys (omit_keys): each cell reads its key
-  // from the request. Each execution comes once (share_executions): a cell
-  // takes a repeated one from the bytes of the status that carried it.
-  //
-  // Parts of at most kMaxBatchKeys; a batch of kTwoPartBatchKeys or more
-  // goes in two at least, all in flight at once: the daemon answers one part
-  // while this thread writes the next one's request and splits the answer
-  // of the one before.
-  //
-  // The parts are one call to the circuit breaker: admitted once, with the
-  // first, and one verdict for all of them.
-  size_t parts = (count + kMaxBatchKeys - 1) / kMaxBatchKeys;
-  if (parts < 2 && count >= kTwoPartBatchKeys) parts = 2;
-  // Declared before the parts: dropped after them, on this thread (see
-  // Rpc::StartRaw).
+  if (keys.empty()) return absl::OkStatus();
+  // Parts of at most kMaxBatchKeys, and two at least from
+  // kTwoPartBatchKeys, all in flight at once: the daemon answers one (on
+  // another of its threads) while this thread writes the next one's
+  // request, and gRPC parses one's answer while the daemon works on the
+  // next. One call to the breaker: admitted once, one verdict.
+  size_t parts = (keys.size() + kMaxBatchKeys - 1) / kMaxBatchKeys;
+  if (parts < 2 && keys.size() >= client_internal::kTwoPartBatchKeys) parts = 2;
+  // Declared before the parts: released after them, on this thread (the
+  // last reference to a channel must not go on one of its own threads).
   std::shared_ptr<const client_internal::Connection> connection;
-  bool probe = false;
+  if (absl::Status s = rpc.Admit(&connection); !s.ok()) return s;
   std::vector<std::unique_ptr<BatchPart>> started;
-  absl::Status error;
-  // One deadline for the whole call: a later part gets what is left.
-  const absl::Time deadline = absl::Now() + options.deadline;
   for (size_t p = 0; p < parts; ++p) {
     auto part = std::make_unique<BatchPart>();
-    part->begin = count * p / parts;
-    part->keys = keys + part->begin;
-    part->count = count * (p + 1) / parts - part->begin;
-    error = WriteBatchRequest(part.get(), part->begin);
-    if (error.ok() && connection == nullptr) {
-      error = rpc.Admit(&connection, /*may_probe=*/true, &probe);
+    part->first = keys.size() * p / parts;
+    part->count = keys.size() * (p + 1) / parts - part->first;
+    part->request->mutable_keys()->Reserve(static_cast<int>(part->count));
+    for (size_t i = 0; i < part->count; ++i) {
+      *part->request->add_keys() = keys[part->first + i];
     }
-    if (!error.ok()) {
-      // An invalid key, or the breaker is open: the parts in flight
-      // (lookups, which change nothing) are given up.
-      for (const std::unique_ptr<BatchPart>& s : started) s->ctx.TryCancel();
-      break;
-    }
+    client_internal::Rpc::SetDeadline(&part->ctx, options.deadline);
     BatchPart* const raw = part.get();
-    client_internal::Rpc::StartRaw(
-        *connection, &client_internal::Connection::batch_lookup, &raw->ctx,
-        &raw->request, &raw->response,
-        std::max(deadline - absl::Now(), absl::Milliseconds(1)),
-        [raw](grpc::Status status) {
+    connection->tune->async()->BatchLookup(
+        &raw->ctx, raw->request, raw->response, [raw](grpc::Status status) {
           raw->status = std::move(status);
           raw->done.Notify();
         });
     started.push_back(std::move(part));
   }
-  // Every started call is waited for, even after an error: each holds its
-  // part. The breaker hears once: of the first transport failure, else of
-  // the first part the daemon answered; parts this call cancelled itself
-  // tell it nothing.
-  const BatchPart* failed = nullptr;
-  const BatchPart* answered = nullptr;
+  // The breaker hears of the first transport failure, else of the first
+  // part's answer.
+  const BatchPart* judged = nullptr;
   for (const std::unique_ptr<BatchPart>& part : started) {
     part->done.WaitForNotification();
-    if (error.ok() && part->status.ok()) {
-      part->cells = client_internal::CellsFromBatchAnswer(
-          part->response, part->call, part->asked_keys);
-    }
-    if (client_internal::IsTransportFailure(part->status)) {
-      if (failed == nullptr) failed = part.get();
-    } else if (answered == nullptr &&
-               (error.ok() ||
-                part->status.error_code() != grpc::StatusCode::CANCELLED)) {
-      answered = part.get();
+    if (judged == nullptr ||
+        (!client_internal::IsTransportFailure(judged->status) &&
+         (client_internal::IsTransportFailure(part->status) ||
+          (judged->status.ok() && !part->status.ok())))) {
+      judged = part.get();
     }
   }
-  if (const BatchPart* judged = failed != nullptr ? failed : answered) {
-    absl::Status verdict = rpc.Conclude(judged->status, options.deadline);
-    if (error.ok())
-      error = client_internal::ShiftKeyIndex(std::move(verdict), judged->begin);
-  } else if (connection != nullptr) {
-    rpc.GiveUp(probe);
+  if (absl::Status s = rpc.Conclude(judged->status, options.deadline);
+      !s.ok()) {
+    return s;
   }
+  out->reserve(out->size() + keys.size());
   for (const std::unique_ptr<BatchPart>& part : started) {
-    if (!error.ok()) break;
-    if (!part->status.ok()) {
-      error = client_internal::ShiftKeyIndex(
-          rpc.Translate(part->status, options.deadline), part->begin);
-      break;
+    const auto& statuses = part->response->statuses();
+    if (static_cast<size_t>(statuses.size()) != part->count) {
+      return absl::InternalError(absl::StrCat(
+          "gputuned answered ", statuses.size(), " statuses for ", part->count,
+          " keys: is it the same version as this client?"));
     }
-    if (!part->cells.ok()) {
-      error = part->cells.status();
-      break;
-    }
+    std::vector<std::shared_ptr<const client_internal::LookupCell>> cells(
+        part->count);
     for (size_t i = 0; i < part->count; ++i) {
-      out->push_back(Remember(part->keys[i], std::move((*part->cells)[i])));
+      const v1::LookupStatus& status = statuses[static_cast<int>(i)];
+      if (status.same_as() == 0) {
+        cells[i] = std::make_shared<const client_internal::LookupCell>(
+            part->arena, &part->request->keys(static_cast<int>(i)), &status);
+      } else if (status.same_as() <= i) {
+        cells[i] = cells[status.same_as() - 1];
+      } else {
+        return absl::InternalError(absl::StrCat(
+            "gputuned answered keys[", part->first + i,
+            "] as the same as keys[", part->first + status.same_as() - 1,
+            "], which is not before it"));
+      }
+      out->push_back(Remember(keys[part->first + i], cells[i]));
     }
   }
-  return error;
+  return absl::OkStatus();
 }
 
 void Client::Impl::Refresh(const std::vector<v1::Key>& keys) {
   std::vector<LookupResult> results;
   results.reserve(keys.size());
   // On an error the memo keeps serving what it has.
-  if (!BatchLookupParts(keys.data(), keys.size(), &results).ok()) return;
+  if (!BatchLookupAll(keys, &results).ok()) return;
   for (size_t i = 0; i < keys.size(); ++i) {
     // Deleted or stale now: the next Lookup asks the daemon.
     if (!results[i].hit()) memo.Erase(keys[i]);
@@ -352,34 +297,31 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
     if (due) impl_->refresher.Request(key);
-    return LookupResult(std::move(memoised), /*from_memo=*/true);
+    return client_internal::ResultAccess::Make(std::move(memoised),
+                                               /*from_memo=*/true);
   }
-  const KeyView view = KeyView::Of(key);
-  if (absl::Status s = ValidateKey(view, "key"); !s.ok()) return s;
-  // Written and split by hand (see StatusCell).
-  thread_local std::string request;
-  request.clear();
-  AppendKeyField(v1::LookupRequest::kKeyFieldNumber, view, &request);
-  grpc::Slice request_slice(request.data(), request.size());
-  grpc::ByteBuffer request_buffer(&request_slice, 1);
-  grpc::ByteBuffer response;
-  if (absl::Status s = impl_->rpc.CallRaw(&client_internal::Connection::lookup,
-                                          request_buffer, &response,
-                                          impl_->options.lookup_deadline);
+  if (absl::Status s = ValidateKey(key, "key"); !s.ok()) return s;
+  auto arena = std::make_shared<Arena>();
+  auto* request = Arena::CreateMessage<v1::LookupRequest>(arena.get());
+  *request->mutable_key() = key;
+  auto* response = Arena::CreateMessage<v1::LookupResponse>(arena.get());
+  if (absl::Status s =
+          impl_->rpc.Call(&v1::TuneService::Stub::Lookup, *request, response,
+                          impl_->options.lookup_deadline);
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::shared_ptr<const client_internal::StatusCell>> cell =
-      client_internal::CellFromLookupAnswer(response);
-  if (!cell.ok()) return cell.status();
-  return impl_->Remember(key, *std::move(cell));
+  return impl_->Remember(
+      key, std::make_shared<const client_internal::LookupCell>(
+               std::move(arena), &request->key(), &response->status()));
 }
 
 LookupResult Client::TryLookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
     if (due) impl_->refresher.Request(key);
-    return LookupResult(std::move(memoised), /*from_memo=*/true);
+    return client_internal::ResultAccess::Make(std::move(memoised),
+                                               /*from_memo=*/true);
   }
   if (ValidateKey(key, "key").ok()) impl_->refresher.Request(key);
   return LookupResult();
@@ -389,9 +331,7 @@ absl::StatusOr<std::vector<LookupResult>> Client::BatchLookup(
     const std::vector<v1::Key>& keys) {
   std::vector<LookupResult> results;
   results.reserve(keys.size());
-  if (absl::Status s =
-          impl_->BatchLookupParts(keys.data(), keys.size(), &results);
-      !s.ok()) {
+  if (absl::Status s = impl_->BatchLookupAll(keys, &results); !s.ok()) {
     return s;
   }
   return results;
@@ -473,8 +413,7 @@ absl::StatusOr<v1::KeyStatus> Client::TuneDense(const v1::Key& key, bool wait) {
     }
   }
   if (response.status().state() == v1::KEY_STATE_HIT) {
-    impl_->memo.Put(key, std::make_shared<const client_internal::StatusCell>(
-                             response.status()));
+    impl_->Remember(key, response.status());
   }
   return std::move(*response.mutable_status());
 }

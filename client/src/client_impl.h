@@ -37,15 +37,14 @@ class Client::Impl {
        client_internal::Rpc::ChannelFactory factory);
 
   // Memoises a HIT and wraps the status for the caller.
-  LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
   LookupResult Remember(
       const v1::Key& key,
-      std::shared_ptr<const client_internal::StatusCell> status);
-  // BatchLookup, in as many RPCs as it takes (see kTwoPartBatchKeys). An
-  // invalid key is an error named "keys[i]..."; on any error `out` may hold
-  // some results before it.
-  absl::Status BatchLookupParts(const v1::Key* keys, size_t count,
-                                std::vector<LookupResult>* out);
+      std::shared_ptr<const client_internal::LookupCell> cell);
+  LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
+  // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);
+  // appends a result per key to `out`.
+  absl::Status BatchLookupAll(const std::vector<v1::Key>& keys,
+                              std::vector<LookupResult>* out);
   // The refresher's work: look keys up, memoise HITs, drop the rest.
   void Refresh(const std::vector<v1::Key>& keys);
   // Renews the guard's lease (granted as `claim`) in the background.
@@ -67,14 +66,21 @@ namespace client_internal {
 
 // The daemon's limit on keys per BatchLookup.
 inline constexpr size_t kMaxBatchKeys = 100000;
-
-// `status` with a leading "keys[N]" (how gputuned names a bad key of a
-// BatchLookup) made "keys[N + offset]": the daemon counts within the part
-// it was sent, the caller within the whole batch. Other statuses as they are.
-absl::Status ShiftKeyIndex(absl::Status status, size_t offset);
 // A BatchLookup of this many keys or more is sent as two RPCs at least, in
-// flight together (the daemon answers each in two halves from 2,048 keys).
+// flight together.
 inline constexpr size_t kTwoPartBatchKeys = 4096;
+
+// Makes LookupResults (their constructor is not public).
+struct ResultAccess {
+  static LookupResult Make(std::shared_ptr<const LookupCell> cell,
+                           bool from_memo) {
+    return LookupResult(std::move(cell), from_memo);
+  }
+};
+
+// `status` (an error about keys[index] of a batch) with the index as its
+// payload, for InvalidKeyIndex.
+absl::Status WithKeyIndex(absl::Status status, size_t index);
 
 // Starts a Watch stream (watch_stream.cc).
 std::unique_ptr<WatchStream> StartWatch(

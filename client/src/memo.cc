@@ -40,13 +40,13 @@ Memo::Shard& Memo::ShardFor(const KeyView& v) {
   return const_cast<Shard&>(static_cast<const Memo*>(this)->ShardFor(v));
 }
 
-std::shared_ptr<const StatusCell> Memo::Find(const v1::Key& key,
+std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
                                              bool* due) const {
   *due = false;
   if (shard_capacity_ == 0) return nullptr;
   const KeyView view = KeyView::Of(key);
   const Shard& shard = ShardFor(view);
-  std::shared_lock<std::shared_mutex> lock(shard.mu);
+  SharedReaderLock lock(&shard.mu);
   auto it = shard.map.find(view);
   if (it == shard.map.end()) return nullptr;
   if (ttl_ns_ != std::numeric_limits<int64_t>::max()) {
@@ -56,7 +56,7 @@ std::shared_ptr<const StatusCell> Memo::Find(const v1::Key& key,
 }
 
 void Memo::Put(const v1::Key& key,
-               const std::shared_ptr<const StatusCell>& status) {
+               const std::shared_ptr<const LookupCell>& status) {
   if (shard_capacity_ == 0 || status == nullptr ||
       status->state() != v1::KEY_STATE_HIT) {
     return;
@@ -66,7 +66,7 @@ void Memo::Put(const v1::Key& key,
                              ? ttl_ns_
                              : CoarseNowNs() + ttl_ns_;
   Shard& shard = ShardFor(view);
-  std::unique_lock<std::shared_mutex> lock(shard.mu);
+  SharedWriterLock lock(&shard.mu);
   auto it = shard.map.find(view);
   if (it != shard.map.end()) {
     it->second = Slot{status, due_at};
@@ -80,14 +80,14 @@ void Memo::Erase(const v1::Key& key) {
   if (shard_capacity_ == 0) return;
   const KeyView view = KeyView::Of(key);
   Shard& shard = ShardFor(view);
-  std::unique_lock<std::shared_mutex> lock(shard.mu);
+  SharedWriterLock lock(&shard.mu);
   auto it = shard.map.find(view);
   if (it != shard.map.end()) shard.map.erase(it);
 }
 
 void Memo::Clear() {
   for (Shard& shard : shards_) {
-    std::unique_lock<std::shared_mutex> lock(shard.mu);
+    SharedWriterLock lock(&shard.mu);
     shard.map.clear();
   }
 }
@@ -95,7 +95,7 @@ void Memo::Clear() {
 size_t Memo::size() const {
   size_t n = 0;
   for (const Shard& shard : shards_) {
-    std::shared_lock<std::shared_mutex> lock(shard.mu);
+    SharedReaderLock lock(&shard.mu);
     n += shard.map.size();
   }
   return n;

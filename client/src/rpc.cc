@@ -4,8 +4,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "grpcpp/impl/client_unary_call.h"
-#include "grpcpp/support/client_callback.h"
 
 namespace gputune::client_internal {
 namespace {
@@ -38,11 +36,7 @@ bool IsTransportFailure(const grpc::Status& status) {
 Connection::Connection(std::shared_ptr<grpc::Channel> channel)
     : channel(std::move(channel)),
       tune(v1::TuneService::NewStub(this->channel)),
-      admin(v1::AdminService::NewStub(this->channel)),
-      lookup("/gputune.v1.TuneService/Lookup",
-             grpc::internal::RpcMethod::NORMAL_RPC, this->channel),
-      batch_lookup("/gputune.v1.TuneService/BatchLookup",
-                   grpc::internal::RpcMethod::NORMAL_RPC, this->channel) {}
+      admin(v1::AdminService::NewStub(this->channel)) {}
 
 Rpc::Rpc(std::string endpoint, std::shared_ptr<grpc::Channel> channel,
          ChannelFactory factory, const BreakerOptions& breaker)
@@ -53,10 +47,9 @@ Rpc::Rpc(std::string endpoint, std::shared_ptr<grpc::Channel> channel,
       connection_(std::make_shared<const Connection>(std::move(channel))) {}
 
 absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
-                        bool may_probe, bool* is_probe) {
+                        bool may_probe) {
   bool probe = false;
   if (absl::Status s = breaker_.Admit(may_probe, &probe); !s.ok()) return s;
-  if (is_probe != nullptr) *is_probe = probe;
   absl::MutexLock lock(&mu_);
   if (probe) {
     if (factory_ != nullptr &&
@@ -71,38 +64,6 @@ absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
   *connection = connection_;
   return absl::OkStatus();
 }
-
-absl::Status Rpc::CallRaw(const grpc::internal::RpcMethod Connection::*method,
-                          const grpc::ByteBuffer& request,
-                          grpc::ByteBuffer* response, absl::Duration deadline) {
-  std::shared_ptr<const Connection> connection;
-  if (absl::Status s = Admit(&connection); !s.ok()) return s;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline);
-  // The call generated stubs make (gRPC's grpcpp/impl API, stable in the
-  // 1.51 this project builds with), with ByteBuffer as both messages.
-  const grpc::Status status =
-      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          connection->channel.get(), (*connection).*method, &ctx, request,
-          response);
-  return Conclude(status, deadline);
-}
-
-void Rpc::StartRaw(const Connection& connection,
-                   const grpc::internal::RpcMethod Connection::*method,
-                   grpc::ClientContext* ctx, const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response, absl::Duration deadline,
-                   std::function<void(grpc::Status)> done) {
-  SetDeadline(ctx, deadline);
-  // The call a generated stub's async() makes, with ByteBuffer as both
-  // messages. The callback holds no reference to the connection: the
-  // caller keeps it (see rpc.h).
-  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      connection.channel.get(), connection.*method, ctx, request, response,
-      std::move(done));
-}
-
-void Rpc::GiveUp(bool probe) { breaker_.GiveUp(probe); }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,
                            absl::Duration deadline) {

@@ -26,8 +26,6 @@
 #include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/byte_buffer.h"
 
 namespace gputune::client_internal {
 
@@ -38,9 +36,6 @@ struct Connection {
   const std::shared_ptr<grpc::Channel> channel;
   const std::unique_ptr<v1::TuneService::Stub> tune;
   const std::unique_ptr<v1::AdminService::Stub> admin;
-  // Lookup and BatchLookup, called with serialized messages (CallRaw).
-  const grpc::internal::RpcMethod lookup;
-  const grpc::internal::RpcMethod batch_lookup;
 
   template <typename Stub>
   Stub* StubFor() const;
@@ -83,29 +78,6 @@ class Rpc {
     return Conclude(status, deadline);
   }
 
-  // Call with the request and the response as serialized messages, on the
-  // caller's thread: what a generated stub does, without the messages (the
-  // client writes Lookup requests and splits their answers by hand).
-  // `method` is one of Connection's.
-  absl::Status CallRaw(const grpc::internal::RpcMethod Connection::*method,
-                       const grpc::ByteBuffer& request,
-                       grpc::ByteBuffer* response, absl::Duration deadline);
-
-  // The call CallRaw makes, started on `connection` (from Admit) without
-  // waiting, and outside the breaker: `done` gets gRPC's status once the
-  // call ends, on one of gRPC's threads. `ctx`, `request`, `response` and
-  // the connection must be kept until then; drop the connection on a thread
-  // of your own (the last reference to a channel must not go on one of its
-  // own callback threads: gRPC then frees its completion queue twice).
-  // Calls started together as one (a BatchLookup in parts) are admitted
-  // once and reported once: Conclude with one of their statuses, or GiveUp.
-  static void StartRaw(const Connection& connection,
-                       const grpc::internal::RpcMethod Connection::*method,
-                       grpc::ClientContext* ctx,
-                       const grpc::ByteBuffer* request,
-                       grpc::ByteBuffer* response, absl::Duration deadline,
-                       std::function<void(grpc::Status)> done);
-
   // Call, returning the response.
   template <typename Stub, typename Request, typename Response>
   absl::StatusOr<Response> Ask(
@@ -120,27 +92,20 @@ class Rpc {
   }
 
   // The breaker's verdict for a call about to start and, when OK, the
-  // connection to make it on. A probe (the first call after the breaker's
-  // open time) first makes sure the channel tries the daemon now: a channel
-  // that is not connected is replaced by a fresh one. (gRPC's own reconnect
-  // backoff can leave a channel failing for seconds after the daemon is
-  // back: a connection attempt made while it restarted times out only after
+  // connection to make it on (for a stream). A probe (the first call after the
+  // breaker's open time) first makes sure the channel tries the daemon now: a
+  // channel that is not connected is replaced by a fresh one. (gRPC's own
+  // reconnect backoff can leave a channel failing for seconds after the daemon
+  // is back: a connection attempt made while it restarted times out only after
   // the connect timeout.)
-  // *probe (if given) is set when this call is the breaker's probe.
   absl::Status Admit(std::shared_ptr<const Connection>* connection,
-                     bool may_probe = true, bool* probe = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                     bool may_probe = true) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reports a finished call (also a stream) to the breaker and translates
   // its status (see Call); Translate only translates.
   absl::Status Conclude(const grpc::Status& status, absl::Duration deadline);
   absl::Status Translate(const grpc::Status& status,
                          absl::Duration deadline) const;
-  // For an admitted call given up before it learned anything of the daemon
-  // (its caller cancelled it): no verdict; the probe slot, if `probe`, is
-  // free again.
-  void GiveUp(bool probe);
-
   static void SetDeadline(grpc::ClientContext* ctx, absl::Duration deadline) {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       absl::ToChronoNanoseconds(deadline));

@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/src/client_impl.h"
+#include "client/src/lookup_cell.h"
 #include "gputune/watch.h"
 #include "grpcpp/support/client_callback.h"
 #include "proto/key_format.h"
@@ -59,7 +60,7 @@ class WatchStreamImpl final
     const v1::KeyStatus& status = response_.status();
     if (status.state() == v1::KEY_STATE_HIT) {
       client_->memo.Put(request_.key(),
-                        std::make_shared<const StatusCell>(status));
+                        std::make_shared<const LookupCell>(status));
     }
     {
       absl::MutexLock lock(&mu_);

@@ -60,6 +60,19 @@ TEST_CASE("the example builds against the installed package and runs") {
     INFO(path);
     CHECK(std::filesystem::exists(prefix + "/" + path));
   }
+  // The client's header needs the messages and Abseil, not gRPC: -H lists
+  // every header a file includes.
+  const std::string headers = dir + "/client_h_headers.txt";
+  ok = ok && Sh("(echo '#include <gputune/client.h>' | c++ -std=c++17 -x "
+                "c++ -fsyntax-only -H -I'" +
+                    prefix + "/include' - 2>'" + headers + "')",
+                log);
+  const std::string included = ReadFile(headers);
+  CHECK(included.find("gputune/client.h") != std::string::npos);
+  CHECK(included.find("gputune/v1/tune.pb.h") != std::string::npos);
+  CHECK(included.find("grpcpp/") == std::string::npos);
+  CHECK(included.find("/grpc/") == std::string::npos);
+  CHECK(included.find("tune.grpc.pb.h") == std::string::npos);
   ok = ok &&
        Sh(cmake + " -S '" GPUTUNE_SOURCE_DIR "/client/examples' -B '" + dir +
               "/example' -G '" GPUTUNE_CMAKE_GENERATOR

@@ -105,7 +105,7 @@ TEST_CASE(
                      std::chrono::milliseconds(10000)));
 }
 
-// 5,000 keys: a BatchLookup of two RPCs in flight together.
+// 5,000 keys: a BatchLookup whose answer takes a while to read.
 std::vector<v1::Key> FiveThousandKeys() {
   std::vector<v1::Key> keys;
   for (int i = 0; i < 5000; ++i) {
@@ -114,7 +114,7 @@ std::vector<v1::Key> FiveThousandKeys() {
   return keys;
 }
 
-TEST_CASE("a BatchLookup in parts is one call: one deadline, one failure") {
+TEST_CASE("a BatchLookup is one call: one deadline, one failure") {
   DaemonProcess daemon({"--backend=none"});
   ClientOptions options;
   options.deadline = absl::Milliseconds(300);
@@ -130,13 +130,13 @@ TEST_CASE("a BatchLookup in parts is one call: one deadline, one failure") {
   double ms = MsSince(start);
   REQUIRE(r.status().code() == absl::StatusCode::kDeadlineExceeded);
   INFO(r.status().message());
-  // The deadline named is the call's, not what was left for a part.
+  // The deadline named is the call's.
   REQUIRE(std::string(r.status().message()).find("within 300ms") !=
           std::string::npos);
   REQUIRE(ms >= 290);
   REQUIRE(ms < 300 + 150);
-  // Both parts timed out, but the breaker counted one failure: the next
-  // call still goes to the daemon (and waits for its deadline).
+  // The breaker counted one failure: the next call still goes to the
+  // daemon (and waits for its deadline).
   start = Clock::now();
   REQUIRE(client->Lookup(keys[0]).status().code() ==
           absl::StatusCode::kDeadlineExceeded);
@@ -145,7 +145,7 @@ TEST_CASE("a BatchLookup in parts is one call: one deadline, one failure") {
   REQUIRE(kill(daemon.pid(), SIGCONT) == 0);
 }
 
-TEST_CASE("after an outage, a BatchLookup in parts is the one probe") {
+TEST_CASE("after an outage, a BatchLookup is the one probe") {
   DaemonProcess daemon({"--backend=none"});
   ClientOptions options;
   options.deadline = absl::Milliseconds(300);
@@ -159,8 +159,7 @@ TEST_CASE("after an outage, a BatchLookup in parts is the one probe") {
   REQUIRE(client->BatchLookup(keys).status().code() ==
           absl::StatusCode::kUnavailable);  // the breaker opens
   daemon.Start();
-  // Once the open time is over, the whole batch goes through as the probe
-  // (a second part is not refused as "checking again now").
+  // Once the open time is over, the batch goes through as the probe.
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   absl::StatusOr<std::vector<LookupResult>> r;
   REQUIRE(Eventually(

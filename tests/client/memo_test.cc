@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "google/protobuf/arena.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
 
@@ -10,12 +11,12 @@ namespace {
 
 using gputune::testing::DenseKey;
 
-std::shared_ptr<const StatusCell> Status(v1::KeyState state,
+std::shared_ptr<const LookupCell> Status(v1::KeyState state,
                                          const std::string& kernel) {
   v1::KeyStatus s;
   s.set_state(state);
   s.mutable_entry()->mutable_execution()->set_kernel(kernel);
-  return std::make_shared<const StatusCell>(std::move(s));
+  return std::make_shared<const LookupCell>(std::move(s));
 }
 
 TEST_CASE("the memo keeps HITs and finds them by every key field") {
@@ -85,6 +86,42 @@ TEST_CASE("a memoised entry older than the ttl is due, and still served") {
   REQUIRE(due);
   memo.Erase(DenseKey(1));
   REQUIRE(memo.Find(DenseKey(1), &due) == nullptr);
+}
+
+TEST_CASE("a cell parses the answer's entry on its first read, once") {
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  auto* key = google::protobuf::Arena::CreateMessage<v1::Key>(arena.get());
+  *key = DenseKey(7);
+  v1::Entry entry;
+  *entry.mutable_key() = *key;
+  entry.mutable_execution()->set_kernel("k.cell");
+  (*entry.mutable_execution()->mutable_params())["tile"] = 128;
+  auto* answer =
+      google::protobuf::Arena::CreateMessage<v1::LookupStatus>(arena.get());
+  answer->set_state(v1::KEY_STATE_HIT);
+  answer->set_entry(entry.SerializeAsString());
+  const LookupCell cell(arena, key, answer);
+  CHECK(cell.state() == v1::KEY_STATE_HIT);
+  const v1::KeyStatus& status = cell.status();
+  CHECK(&status == &cell.status());  // parsed once
+  CHECK(status.state() == v1::KEY_STATE_HIT);
+  CHECK(status.key().dense_bf16().tokens() == 7);
+  CHECK(status.entry().execution().kernel() == "k.cell");
+  CHECK(status.entry().execution().params().at("tile") == 128);
+  CHECK(status.GetArena() == arena.get());
+}
+
+TEST_CASE("a cell carries PENDING's claim and an unparseable entry as none") {
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  const v1::Key key = DenseKey(8);
+  auto* answer =
+      google::protobuf::Arena::CreateMessage<v1::LookupStatus>(arena.get());
+  answer->set_state(v1::KEY_STATE_PENDING);
+  answer->mutable_claim()->set_holder("someone");
+  answer->set_entry("\xff\xff not an entry");
+  const LookupCell cell(arena, &key, answer);
+  CHECK(cell.status().claim().holder() == "someone");
+  CHECK(!cell.status().has_entry());
 }
 
 }  // namespace

@@ -346,315 +346,98 @@ TEST_CASE("the sweep ends a cool-down and tells the key's watchers") {
   CHECK(a->GetStats().backoff_keys == 0);
 }
 
-// What AppendLookups writes for `status` (what Lookup returns) in `form`:
-// the keys left out with omit_keys; with share_executions, a HIT's
-// execution replaced by the position of the first HIT in `first` (by
-// execution bytes) that carried it, or noted there at `position`.
-v1::KeyStatus AsWritten(v1::KeyStatus status, const Arbiter::AnswerForm& form,
-                        uint32_t position,
-                        std::map<std::string, uint32_t>* first) {
-  if (form.omit_keys) {
-    status.clear_key();
-    if (status.state() == v1::KEY_STATE_HIT) {
-      status.mutable_entry()->clear_key();
-    }
+// Find answers each key as Lookup does: the same state, the entry as its
+// stored summary (which Lookup parses), the claim, retry_after and reason.
+void CheckFoundIsLookup(const Arbiter::Found& found,
+                        const v1::KeyStatus& expected) {
+  INFO(v1::KeyState_Name(expected.state()));
+  CHECK(found.state == expected.state());
+  v1::Entry entry;
+  if (found.entry) REQUIRE(entry.ParseFromString(*found.entry));
+  CHECK((found.entry != nullptr) == expected.has_entry());
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(entry,
+                                                           expected.entry()));
+  CHECK(found.claim.has_value() == expected.has_claim());
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(
+      found.claim.value_or(v1::ClaimInfo()), expected.claim()));
+  if (expected.state() == v1::KEY_STATE_BACKOFF) {
+    CHECK(ToProto(found.retry_after).seconds() ==
+          expected.retry_after().seconds());
   }
-  if (form.share_executions && status.state() == v1::KEY_STATE_HIT) {
-    const std::string bytes = DeterministicBytes(status.entry().execution());
-    auto [it, added] = first->try_emplace(bytes, position);
-    if (!added) {
-      status.mutable_entry()->clear_execution();
-      status.set_execution_ref(it->second);
-    }
-  }
-  return status;
+  CHECK(found.stale_reason == expected.stale_reason());
 }
 
-std::vector<Arbiter::AnswerForm> EveryForm(size_t first_status = 0) {
-  std::vector<Arbiter::AnswerForm> forms;
-  for (bool omit_keys : {false, true}) {
-    for (bool share : {false, true}) {
-      forms.push_back({omit_keys, share, first_status});
-    }
-  }
-  return forms;
-}
-
-// What AppendLookups answers for `keys`, sent as protobuf serializes them,
-// and which of them (their indices) it read with its ReadKeyFn.
-struct BatchAnswer {
-  v1::BatchLookupResponse answer;
-  std::vector<size_t> read;
-};
-BatchAnswer AskBatch(const Arbiter& a, const std::vector<v1::Key>& keys,
-                     const Arbiter::AnswerForm& form = {}) {
-  std::vector<std::string> wires;
-  for (const v1::Key& k : keys) wires.push_back(k.SerializeAsString());
-  std::vector<Arbiter::Ask> asks;
-  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
-  BatchAnswer result;
-  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-    result.read.push_back(i);
-    ask->key = KeyView::Of(keys[i]);
-    return absl::OkStatus();
-  };
-  std::string bytes;
-  REQUIRE(a.AppendLookups(absl::MakeSpan(asks),
-                          v1::BatchLookupResponse::kStatusesFieldNumber, form,
-                          read_key, &bytes)
-              .ok());
-  REQUIRE(result.answer.ParseFromString(bytes));
-  REQUIRE(result.answer.statuses_size() == static_cast<int>(keys.size()));
-  return result;
-}
-
-TEST_CASE("AppendLookups writes exactly what Lookup returns, in every state") {
+TEST_CASE("Find answers every state as Lookup does, one key or many") {
   Fixture f;
-  f.digest = FingerprintDigest(Fp("gpu"));
   f.options.backoff_abandons = 1;
+  f.digest = FingerprintDigest(Fp("gpu"));
   auto a = f.Make();
-  // HIT, STALE (candidate set; fingerprint), PENDING, BACKOFF and MISS; and
-  // more HITs: one with the first HIT's execution, two with another, its
-  // params set in opposite orders (the daemon keeps them in key order).
-  REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1), "p"), Fp("gpu")).ok());
-  a->Install({EntryFor(DenseKey(2), Fp("other-gpu"))});
-  Grant(*a, DenseKey(3), "tuner");
-  REQUIRE(a->Abandon(Grant(*a, DenseKey(4), "p")).ok());
-  std::vector<v1::Entry> hits;
-  for (int i = 0; i < 3; ++i) {
-    v1::Entry e = EntryFor(DenseKey(6 + i), Fp("gpu"));
-    if (i > 0) {
-      auto& params = *e.mutable_execution()->mutable_params();
-      params.clear();
-      for (int p = 0; p < 8; ++p) {
-        const int name = i == 1 ? p : 7 - p;
-        params[absl::StrCat("p", name)] = name;
-      }
-    }
-    e.set_recorded_by("installed");
-    hits.push_back(e);
+  const v1::Key hit = DenseKey(1), pending = DenseKey(2), backoff = DenseKey(3);
+  const v1::Key miss = DenseKey(4);
+  REQUIRE(RecordNow(*a, Grant(*a, hit, "h"), Fp("gpu")).ok());
+  Grant(*a, pending, "holder-2");
+  REQUIRE(a->Abandon(Grant(*a, backoff, "h")).ok());
+  v1::Key stale = hit;
+  stale.set_candidate_set("another-set");
+  // More keys than one lock chunk (256), so the batch crosses chunks.
+  std::vector<v1::Key> keys = {hit, pending, backoff, stale, miss};
+  for (int i = 0; i < 600; ++i) keys.push_back(keys[i % 5]);
+  std::vector<const v1::Key*> asked;
+  for (const v1::Key& k : keys) asked.push_back(&k);
+  const std::vector<Arbiter::Found> found = a->Find(asked);
+  REQUIRE(found.size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    CheckFoundIsLookup(found[i], a->Lookup(keys[i]));
+    CheckFoundIsLookup(a->Find(keys[i]), a->Lookup(keys[i]));
   }
-  a->Install(hits);
-  const std::vector<std::pair<v1::Key, v1::KeyState>> cases = {
-      {DenseKey(1), v1::KEY_STATE_HIT},
-      {DenseKey(1, 256, 256, "another-set"), v1::KEY_STATE_STALE},
-      {DenseKey(2), v1::KEY_STATE_STALE},
-      {DenseKey(3), v1::KEY_STATE_PENDING},
-      {DenseKey(4), v1::KEY_STATE_BACKOFF},
-      {DenseKey(5), v1::KEY_STATE_MISS},
-      {DenseKey(6), v1::KEY_STATE_HIT},
-      {DenseKey(7), v1::KEY_STATE_HIT},
-      {DenseKey(8), v1::KEY_STATE_HIT},
-  };
-  for (const auto& [key, state] : cases) {
-    INFO(KeyText(key));
-    const v1::KeyStatus expected = a->Lookup(key);
-    CHECK(expected.state() == state);
-    const std::string wire = key.SerializeAsString();
-    for (const Arbiter::AnswerForm& form : EveryForm()) {
-      INFO("omit_keys " << form.omit_keys << " share_executions "
-                        << form.share_executions);
-      // One key, as a LookupResponse: nothing earlier to share with. A HIT
-      // is found by its bytes; any other key is read.
-      Arbiter::Ask one[] = {{KeyView(), wire}};
-      int reads = 0;
-      auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-        ++reads;
-        CHECK(i == 0);
-        ask->key = KeyView::Of(key);
-        return absl::OkStatus();
-      };
-      std::string bytes = "prefix";  // appended, not overwritten
-      REQUIRE(a->AppendLookups(one, v1::LookupResponse::kStatusFieldNumber,
-                               form, read_key, &bytes)
-                  .ok());
-      CHECK(reads == (state == v1::KEY_STATE_HIT ? 0 : 1));
-      REQUIRE(bytes.rfind("prefix", 0) == 0);
-      v1::LookupResponse written;
-      REQUIRE(written.ParseFromString(bytes.substr(6)));
-      std::map<std::string, uint32_t> first;
-      CHECK(google::protobuf::util::MessageDifferencer::Equals(
-          written.status(), AsWritten(expected, form, 1, &first)));
-    }
-  }
-  // All at once, as BatchLookup answers (more keys than one lock's chunk),
-  // and as the second part of a larger answer.
-  std::vector<v1::Key> keys;
-  for (int i = 0; i < 300; ++i) keys.push_back(cases[i % cases.size()].first);
-  const int hit_asks = 4 * 33 + 1;  // 4 HITs per 9 keys, 1 more in the last 3
-  for (size_t first_status : {0, 5000}) {
-    for (const Arbiter::AnswerForm& form : EveryForm(first_status)) {
-      INFO("omit_keys " << form.omit_keys << " share_executions "
-                        << form.share_executions << " first_status "
-                        << first_status);
-      const BatchAnswer batch = AskBatch(*a, keys, form);
-      CHECK(batch.read.size() == 300 - hit_asks);
-      const v1::BatchLookupResponse& answer = batch.answer;
-      std::map<std::string, uint32_t> first;
-      int refs = 0;
-      for (int i = 0; i < 300; ++i) {
-        INFO(i);
-        const v1::KeyStatus expected =
-            AsWritten(a->Lookup(keys[i]), form,
-                      static_cast<uint32_t>(first_status + i + 1), &first);
-        CHECK(google::protobuf::util::MessageDifferencer::Equals(
-            answer.statuses(i), expected));
-        refs += answer.statuses(i).execution_ref() != 0;
-      }
-      // 2 distinct executions among the HITs.
-      CHECK(refs == (form.share_executions ? hit_asks - 2 : 0));
-    }
-  }
+  CHECK(found[0].state == v1::KEY_STATE_HIT);
+  CHECK(found[1].claim->holder() == "holder-2");
+  CHECK(found[2].state == v1::KEY_STATE_BACKOFF);
+  CHECK(found[3].stale_reason ==
+        "tuned for candidate set 'cs1', asked for 'another-set'");
+  CHECK(found[4].state == v1::KEY_STATE_MISS);
 }
 
-TEST_CASE("AppendLookups finds HITs by their key's bytes, and no others") {
+TEST_CASE("a found entry is the stored summary, shared with the index") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   auto a = f.Make();
   const v1::Key key = DenseKey(1);
-  const std::string wire = key.SerializeAsString();
-  // The same key, its fields in another order: not the recorded bytes.
-  v1::Key candidate_set_only;
-  candidate_set_only.set_candidate_set(key.candidate_set());
-  v1::Key op_only = key;
-  op_only.clear_candidate_set();
-  const std::string reordered =
-      candidate_set_only.SerializeAsString() + op_only.SerializeAsString();
-  v1::Key parsed;
-  REQUIRE(parsed.ParseFromString(reordered));
-  REQUIRE(google::protobuf::util::MessageDifferencer::Equals(parsed, key));
-  REQUIRE(reordered != wire);
-
-  // The state and execution kernel AppendLookups answers for `bytes`, and
-  // whether it read the key.
-  struct Answer {
-    v1::KeyState state;
-    std::string kernel;
-    bool read;
-  };
-  auto lookup = [&](const std::string& bytes) {
-    Arbiter::Ask ask[] = {{KeyView(), bytes}};
-    bool read = false;
-    auto read_key = [&](size_t, Arbiter::Ask* ask) {
-      read = true;
-      ask->key = KeyView::Of(key);
-      return absl::OkStatus();
-    };
-    std::string out;
-    REQUIRE(a->AppendLookups(ask, v1::LookupResponse::kStatusFieldNumber,
-                             Arbiter::AnswerForm(), read_key, &out)
-                .ok());
-    v1::LookupResponse answer;
-    REQUIRE(answer.ParseFromString(out));
-    return Answer{answer.status().state(),
-                  answer.status().entry().execution().kernel(), read};
-  };
-  auto entry = [&](const std::string& kernel, const std::string& device) {
-    v1::Entry e = EntryFor(key, Fp(device));
-    e.mutable_execution()->set_kernel(kernel);
-    return e;
-  };
-
-  Answer r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
-  a->Install({entry("first", "gpu")});
-  r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "first" && !r.read));
-  r = lookup(reordered);  // found by its fields
-  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "first" && r.read));
-  // A new entry for the key replaces the old one in the index.
-  a->Install({entry("second", "gpu")});
-  r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "second" && !r.read));
-  // Measured elsewhere: STALE, whatever the bytes.
-  a->Install({entry("elsewhere", "other-gpu")});
-  r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_STALE && r.kernel == "elsewhere" && r.read));
-  a->Install({entry("third", "gpu")});
-  r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_HIT && r.kernel == "third" && !r.read));
-  a->Erase({KeyId(key)});
-  r = lookup(wire);
-  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
-  r = lookup(reordered);
-  CHECK((r.state == v1::KEY_STATE_MISS && r.read));
+  const v1::Entry entry = EntryFor(key, Fp("gpu"));
+  REQUIRE(RecordNow(*a, Grant(*a, key, "h"), Fp("gpu")).ok());
+  const Arbiter::Found one = a->Find(key), two = a->Find(key);
+  REQUIRE(one.entry != nullptr);
+  CHECK(one.entry == two.entry);  // the same string: nothing copied
+  CHECK(*one.entry == SerializedEntrySummary(entry));
+  // Without measurements and fingerprint.
+  v1::Entry parsed;
+  REQUIRE(parsed.ParseFromString(*one.entry));
+  CHECK(parsed.measurements_size() == 0);
+  CHECK(!parsed.has_fingerprint());
 }
 
-TEST_CASE("entries loaded at start-up are found by their key's bytes") {
+TEST_CASE("entries loaded at start-up are found") {
   Fixture f;
   f.digest = FingerprintDigest(Fp("gpu"));
   auto a = f.Make();
   // As the store hands them over (TuneStore::ForEachSummary): a HIT, and
   // one measured on another device.
   const v1::Key hit = DenseKey(1), elsewhere = DenseKey(2);
-  a->LoadSummary(KeyId(hit), SerializedEntrySummary(EntryFor(hit, Fp("gpu"))),
-                 hit.candidate_set(), FingerprintDigest(Fp("gpu")));
+  const std::string summary = SerializedEntrySummary(EntryFor(hit, Fp("gpu")));
+  a->LoadSummary(KeyId(hit), summary, hit.candidate_set(),
+                 FingerprintDigest(Fp("gpu")));
   a->LoadSummary(KeyId(elsewhere),
                  SerializedEntrySummary(EntryFor(elsewhere, Fp("gpu"))),
                  elsewhere.candidate_set(), FingerprintDigest(Fp("other")));
-  const BatchAnswer batch = AskBatch(*a, {hit, elsewhere});
-  CHECK(batch.answer.statuses(0).state() == v1::KEY_STATE_HIT);
-  CHECK(batch.answer.statuses(0).entry().execution().kernel() == "k");
-  CHECK(batch.answer.statuses(1).state() == v1::KEY_STATE_STALE);
-  CHECK(batch.read == std::vector<size_t>{1});
-}
-
-TEST_CASE("after a group of misses AppendLookups goes by ids for a while") {
-  Fixture f;
-  f.digest.reset();
-  auto a = f.Make();
-  // 16 misses (one group), then 64 HITs: the three groups after the misses
-  // are read and found by their ids, the fourth by its bytes. Every status
-  // is what Lookup says either way.
-  std::vector<v1::Key> keys;
-  std::vector<v1::Entry> entries;
-  for (int i = 0; i < 80; ++i) {
-    keys.push_back(DenseKey(i + 1));
-    if (i >= 16) entries.push_back(EntryFor(keys.back(), Fp("x")));
-  }
-  a->Install(entries);
-  const BatchAnswer batch = AskBatch(*a, keys);
-  CHECK(batch.read.size() == 64);
-  const v1::BatchLookupResponse& answer = batch.answer;
-  for (int i = 0; i < 80; ++i) {
-    INFO(i);
-    CHECK(answer.statuses(i).state() ==
-          (i < 16 ? v1::KEY_STATE_MISS : v1::KEY_STATE_HIT));
-    CHECK(google::protobuf::util::MessageDifferencer::Equals(
-        answer.statuses(i), a->Lookup(keys[i])));
-  }
-}
-
-TEST_CASE("AppendLookups stops at the first key read_key refuses") {
-  Fixture f;
-  f.digest.reset();  // entries are not judged by fingerprint
-  auto a = f.Make();
-  std::vector<v1::Key> keys;
-  std::vector<std::string> wires;
-  for (int i = 0; i < 40; ++i) {
-    keys.push_back(DenseKey(i + 1));
-    wires.push_back(keys.back().SerializeAsString());
-  }
-  // Keys 0..19 are HITs, found by their bytes; 20.. are read.
-  std::vector<v1::Entry> entries;
-  for (int i = 0; i < 20; ++i) entries.push_back(EntryFor(keys[i], Fp("x")));
-  a->Install(entries);
-  std::vector<Arbiter::Ask> asks;
-  for (const std::string& wire : wires) asks.push_back({KeyView(), wire});
-  std::vector<size_t> read;
-  auto read_key = [&](size_t i, Arbiter::Ask* ask) {
-    read.push_back(i);
-    if (i == 25) return absl::InvalidArgumentError("keys[25]: bad");
-    ask->key = KeyView::Of(keys[i]);
-    return absl::OkStatus();
-  };
-  std::string out;
-  const absl::Status s = a->AppendLookups(
-      absl::MakeSpan(asks), v1::BatchLookupResponse::kStatusesFieldNumber,
-      Arbiter::AnswerForm(), read_key, &out);
-  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-  CHECK(s.message() == "keys[25]: bad");
-  CHECK(read == std::vector<size_t>{20, 21, 22, 23, 24, 25});
+  const std::vector<const v1::Key*> keys = {&hit, &elsewhere};
+  const std::vector<Arbiter::Found> found = a->Find(keys);
+  CHECK(found[0].state == v1::KEY_STATE_HIT);
+  REQUIRE(found[0].entry != nullptr);
+  CHECK(*found[0].entry == summary);
+  CHECK(found[1].state == v1::KEY_STATE_STALE);
+  CHECK(found[1].stale_reason ==
+        "measured on another device or software (fingerprint differs)");
+  CHECK(a->Lookup(hit).entry().execution().kernel() == "k");
 }
 
 }  // namespace gputune

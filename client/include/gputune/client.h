@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,25 +32,27 @@
 #include "absl/time/time.h"
 #include "gputune/claim_guard.h"
 #include "gputune/options.h"
-#include "gputune/v1/tune.grpc.pb.h"
 #include "gputune/v1/tune.pb.h"
 #include "gputune/watch.h"
 
 namespace gputune {
 
 namespace client_internal {
-class StatusCell;
-}
+class LookupCell;
+struct ResultAccess;
+}  // namespace client_internal
+
+// The index of the key a BatchLookup or Preload refused as invalid (keys[i]
+// of the call), read from the error's payload; nullopt for any other status.
+std::optional<size_t> InvalidKeyIndex(const absl::Status& status);
 
 // A key's state as the daemon (or the memo) reported it. Cheap to copy (it
-// shares the status). A status that came from a BatchLookup or Preload is
-// parsed the first time entry() or status() reads it (about a microsecond,
-// once per key); state() and hit() never parse.
+// shares the status). The entry is parsed the first time entry() or
+// status() reads it (under a microsecond, once per key); state() and hit()
+// never parse.
 class LookupResult {
  public:
   LookupResult() = default;
-  LookupResult(std::shared_ptr<const client_internal::StatusCell> cell,
-               bool from_memo);
 
   // HIT, MISS, PENDING, STALE or BACKOFF; UNSPECIFIED for an empty result
   // (TryLookup found nothing in the memo).
@@ -64,7 +68,12 @@ class LookupResult {
   const v1::KeyStatus& status() const;
 
  private:
-  std::shared_ptr<const client_internal::StatusCell> cell_;
+  friend struct client_internal::ResultAccess;
+  LookupResult(std::shared_ptr<const client_internal::LookupCell> cell,
+               bool from_memo)
+      : cell_(std::move(cell)), from_memo_(from_memo) {}
+
+  std::shared_ptr<const client_internal::LookupCell> cell_;
   bool from_memo_ = false;
 };
 
@@ -100,12 +109,12 @@ class Client {
   // per refresh_interval per key), whose HIT a later call will see.
   LookupResult TryLookup(const v1::Key& key);
 
-  // The states of many keys, in request order; HITs are memoised. One RPC up
-  // to 4095 keys; from 4096, two or more (at most 100000 keys each) in
-  // flight together, so the daemon works on one while this thread prepares
-  // or reads another. INVALID_ARGUMENT names the index of an invalid key,
-  // and nothing is returned. The deadline (ClientOptions.deadline) holds
-  // for the whole call: the parts run at once, within it.
+  // The states of many keys, in request order; HITs are memoised. One RPC
+  // per 100000 keys. INVALID_ARGUMENT for an invalid key (no I/O): the
+  // message names it as keys[i] and InvalidKeyIndex(status) returns i.
+  // RESOURCE_EXHAUSTED when the daemon's answer would be too large (keys
+  // with very large entries): it says how many keys to ask for at once. The
+  // deadline (ClientOptions.deadline) holds for the whole call.
   absl::StatusOr<std::vector<LookupResult>> BatchLookup(
       const std::vector<v1::Key>& keys);
 

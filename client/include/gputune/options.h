@@ -13,8 +13,14 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "grpcpp/channel.h"
-#include "grpcpp/support/channel_arguments.h"
+
+// Declared only: a program that sets ClientOptions::channel or calls
+// ChannelArgumentsFor includes <grpcpp/grpcpp.h> itself; one that does not
+// compiles without gRPC's headers.
+namespace grpc {
+class Channel;
+class ChannelArguments;
+}  // namespace grpc
 
 namespace gputune {
 
@@ -79,6 +85,7 @@ std::string ResolveEndpoint(const ClientOptions& options);
 // Channel arguments the client uses: fast reconnection (100 ms .. 1 s
 // backoff, 2 s per connection attempt), its own subchannels (not gRPC's
 // process-wide pool) and 64 MiB messages (BatchLookup, ListEntries pages).
+// Include <grpcpp/support/channel_arguments.h> to call it.
 grpc::ChannelArguments ChannelArgumentsFor(const ClientOptions& options);
 
 }  // namespace gputune

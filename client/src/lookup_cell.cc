@@ -1,0 +1,48 @@
+#include "client/src/lookup_cell.h"
+
+#include <utility>
+
+namespace gputune::client_internal {
+
+using google::protobuf::Arena;
+
+LookupCell::LookupCell(v1::KeyStatus status)
+    : state_(status.state()), arena_(std::make_shared<Arena>()) {
+  status_ = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
+  *status_ = std::move(status);
+  entry_ = &status_->entry();
+}
+
+LookupCell::LookupCell(std::shared_ptr<Arena> arena, const v1::Key* key,
+                       const v1::LookupStatus* answer)
+    : state_(answer->state()),
+      arena_(std::move(arena)),
+      key_(key),
+      answer_(answer) {}
+
+const v1::KeyStatus& LookupCell::status() const {
+  Parse();
+  return *status_;
+}
+
+void LookupCell::Parse() const {
+  absl::call_once(parsed_, [this] {
+    if (answer_ == nullptr) return;  // parsed already
+    auto* status = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
+    *status->mutable_key() = *key_;
+    status->set_state(answer_->state());
+    if (!answer_->entry().empty() &&
+        !status->mutable_entry()->ParseFromString(answer_->entry())) {
+      status->clear_entry();
+    }
+    if (answer_->has_claim()) *status->mutable_claim() = answer_->claim();
+    if (answer_->has_retry_after()) {
+      *status->mutable_retry_after() = answer_->retry_after();
+    }
+    status->set_stale_reason(answer_->stale_reason());
+    status_ = status;
+    entry_ = &status->entry();
+  });
+}
+
+}  // namespace gputune::client_internal
