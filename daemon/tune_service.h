@@ -12,9 +12,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
+#include "daemon/authority.h"
 #include "daemon/buffer_pool.h"
 #include "daemon/clock.h"
 #include "daemon/job_queue.h"
@@ -39,20 +41,39 @@ struct DaemonInfo {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
-// Lookup and BatchLookup are raw methods: they read the request's bytes and
-// write the answer's (see Arbiter::AppendLookups); the other methods work on
-// messages. On the wire all of them are the messages of tune.proto.
+// Every method is raw: Lookup and BatchLookup read the request's bytes and
+// write the answer's (see Arbiter::AppendLookups); the others parse their
+// request themselves (daemon/parsed_call.h) so that one that does not parse
+// is answered INVALID_ARGUMENT, not gRPC 1.51's empty UNIMPLEMENTED. On the
+// wire all of them are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
     v1::TuneService::WithRawCallbackMethod_BatchLookup<
-        v1::TuneService::CallbackService>>;
+        v1::TuneService::WithRawCallbackMethod_Claim<v1::TuneService::WithRawCallbackMethod_Renew<
+            v1::TuneService::WithRawCallbackMethod_Record<
+                v1::TuneService::WithRawCallbackMethod_Abandon<
+                    v1::TuneService::WithRawCallbackMethod_Watch<
+                        v1::TuneService::WithRawCallbackMethod_ListEntries<
+                            v1::TuneService::WithRawCallbackMethod_GetEntry<
+                                v1::TuneService::WithRawCallbackMethod_DeleteEntries<
+                                    v1::TuneService::WithRawCallbackMethod_ImportEntries<
+                                        v1::TuneService::WithRawCallbackMethod_GetStatus<
+                                            v1::TuneService::
+                                                WithRawCallbackMethod_TuneDense<
+                                                    v1::TuneService::
+                                                        CallbackService>>>>>>>>>>>>>;
+using AdminServiceBase = v1::AdminService::WithRawCallbackMethod_Backup<
+    v1::AdminService::WithRawCallbackMethod_SetLogLevel<
+        v1::AdminService::CallbackService>>;
 
 class TuneServiceImpl final : public TuneServiceBase {
  public:
   // Every pointer must outlive the service. `jobs` may be null (no
   // TuneDense).
+  // `authority` decides operator calls and claim ownership.
   TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
                   storage::TuneStore* store, JobQueue* jobs,
-                  SerialExecutor* store_executor, const Clock* clock);
+                  SerialExecutor* store_executor, const Clock* clock,
+                  Authority* authority);
 
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
@@ -63,44 +84,40 @@ class TuneServiceImpl final : public TuneServiceBase {
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* ctx,
-                                  const v1::ClaimRequest* request,
-                                  v1::ClaimResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* ctx,
-                                  const v1::RenewRequest* request,
-                                  v1::RenewResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Record(grpc::CallbackServerContext* ctx,
-                                   const v1::RecordRequest* request,
-                                   v1::RecordResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Abandon(grpc::CallbackServerContext* ctx,
-                                    const v1::AbandonRequest* request,
-                                    v1::AbandonResponse* response) override;
-  grpc::ServerWriteReactor<v1::WatchResponse>* Watch(
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx,
-      const v1::WatchRequest* request) override;
-  grpc::ServerUnaryReactor* ListEntries(
-      grpc::CallbackServerContext* ctx, const v1::ListEntriesRequest* request,
-      v1::ListEntriesResponse* response) override;
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetEntry(grpc::CallbackServerContext* ctx,
-                                     const v1::GetEntryRequest* request,
-                                     v1::GetEntryResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteEntries(
-      grpc::CallbackServerContext* ctx, const v1::DeleteEntriesRequest* request,
-      v1::DeleteEntriesResponse* response) override;
-  grpc::ServerUnaryReactor* ImportEntries(
-      grpc::CallbackServerContext* ctx, const v1::ImportEntriesRequest* request,
-      v1::ImportEntriesResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteEntries(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ImportEntries(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
-                                      const v1::GetStatusRequest* request,
-                                      v1::GetStatusResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* TuneDense(grpc::CallbackServerContext* ctx,
-                                      const v1::TuneDenseRequest* request,
-                                      v1::TuneDenseResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
-  // Runs `work` on the store executor and finishes the reactor with its
-  // status.
-  grpc::ServerUnaryReactor* OnStore(grpc::CallbackServerContext* ctx,
-                                    std::function<absl::Status()> work);
   // The store query for a filter; nullopt when nothing can match.
   std::optional<storage::EntryQuery> QueryFor(
       const v1::EntryFilter& filter) const;
@@ -111,6 +128,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
   const Clock* const clock_;
+  Authority* const authority_;
   // BatchLookup answers; shared with the slices gRPC sends them from, which
   // may outlive the service.
   const std::shared_ptr<BufferPool> answer_buffers_;
@@ -118,22 +136,23 @@ class TuneServiceImpl final : public TuneServiceBase {
   SplitRunner batch_halves_;
 };
 
-class AdminServiceImpl final : public v1::AdminService::CallbackService {
+class AdminServiceImpl final : public AdminServiceBase {
  public:
   AdminServiceImpl(storage::TuneStore* store, JobQueue* jobs,
-                   SerialExecutor* store_executor);
+                   SerialExecutor* store_executor, const Authority* authority);
 
   grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
-                                   const v1::BackupRequest* request,
-                                   v1::BackupResponse* response) override;
-  grpc::ServerUnaryReactor* SetLogLevel(
-      grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
-      v1::SetLogLevelResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetLogLevel(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
  private:
   storage::TuneStore* const store_;
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
+  const Authority* const authority_;
 };
 
 }  // namespace gputune
