@@ -46,11 +46,15 @@ void Authority::Bind(uint64_t claim_id, std::string owner) {
   owners_[claim_id] = std::move(owner);
 }
 
-absl::Status Authority::Check(uint64_t claim_id,
-                              absl::string_view owner) const {
-  absl::MutexLock lock(&mu_);
-  auto it = owners_.find(claim_id);
-  if (it == owners_.end() || it->second == owner) return absl::OkStatus();
+absl::Status Authority::CheckClaim(uint64_t claim_id,
+                                   absl::string_view grpc_peer) const {
+  const std::string owner = Owner(grpc_peer);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = owners_.find(claim_id);
+    if (it == owners_.end() || it->second == owner) return absl::OkStatus();
+  }
+  if (RequireOperator(grpc_peer, "").ok()) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       "claim ", claim_id,
       " belongs to another process (claims are bound to the user, or for "

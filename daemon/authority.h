@@ -10,8 +10,8 @@
 //
 // A claim is bound to the peer that took it: its uid for a unix peer, its
 // connection otherwise. Renew, Record and Abandon by anyone else are
-// PERMISSION_DENIED, so a claim id read from GetStatus is of no use to
-// another user.
+// PERMISSION_DENIED (operators excepted), so a claim id read from GetStatus
+// is of no use to another user.
 //
 // Thread-safe.
 #ifndef GPUTUNE_DAEMON_AUTHORITY_H_
@@ -50,9 +50,10 @@ class Authority {
 
   // Binds claim_id to owner (after a GRANTED Claim).
   void Bind(uint64_t claim_id, std::string owner) ABSL_LOCKS_EXCLUDED(mu_);
-  // OK when claim_id is bound to owner or to nobody (unknown ids are for the
-  // arbiter to answer), else PERMISSION_DENIED.
-  absl::Status Check(uint64_t claim_id, absl::string_view owner) const
+  // OK when claim_id is bound to this peer's identity or to nobody (unknown
+  // ids are for the arbiter to answer), or the peer is an operator (who may
+  // abandon a stuck claim); else PERMISSION_DENIED.
+  absl::Status CheckClaim(uint64_t claim_id, absl::string_view grpc_peer) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets a claim that ended (recorded, abandoned).
   void Release(uint64_t claim_id) ABSL_LOCKS_EXCLUDED(mu_);

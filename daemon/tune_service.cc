@@ -419,8 +419,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Renew(
     return Done(call, s);
   }
   if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(call, s);
-  if (auto s = authority_->Check(request->claim_id(),
-                                 authority_->Owner(ctx->peer()));
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
       !s.ok()) {
     return Done(call, s);
   }
@@ -472,8 +471,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
                                                 " (fewer measurements, or less "
                                                 "data)")));
   }
-  if (auto s = authority_->Check(request->claim_id(),
-                                 authority_->Owner(ctx->peer()));
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
       !s.ok()) {
     return Done(call, s);
   }
@@ -531,8 +529,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Abandon(
   if (auto s = ValidateReason(request->reason(), "reason"); !s.ok()) {
     return Done(call, s);
   }
-  if (auto s = authority_->Check(request->claim_id(),
-                                 authority_->Owner(ctx->peer()));
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
       !s.ok()) {
     return Done(call, s);
   }

@@ -536,7 +536,7 @@ absl::Status TuneStore::NewClaimEpochLocked() {
   if (!stored.ok()) return stored.status();
   const uint64_t epoch = std::max<uint64_t>(
       {static_cast<uint64_t>(*stored) + 1,
-       static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
+       static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())),
        claim_epoch_ + 1});
   absl::StatusOr<Statement> st = db_.Prepare(
       "INSERT OR REPLACE INTO meta (name, value) VALUES ('claim_epoch', ?1)");

@@ -141,14 +141,15 @@ class TuneStore {
   // Reserves `count` consecutive claim ids that no earlier reservation (in
   // this or any earlier process on this database) handed out; returns the
   // first. Ids are epoch << kClaimSequenceBits | sequence: each process takes
-  // a new epoch at Open, max(stored epoch + 1, unix seconds now), durable
-  // before any id of it is handed out. So ids increase across restarts and
-  // stay unique even when the database lost its tail (a destroyed WAL takes
-  // the stored epoch back, but not the clock), as long as the clock does not
-  // go back and the process lives past the second it started in. A process
-  // that exhausts its sequence space takes the next epoch the same way.
+  // a new epoch at Open, max(stored epoch + 1, unix milliseconds now),
+  // durable before any id of it is handed out. So ids increase across
+  // restarts and stay unique even when the database lost its tail (a
+  // destroyed WAL takes the stored epoch back, but not the clock), as long as
+  // the clock does not step back across a restart. A process that exhausts
+  // its 2^20 sequences takes the next epoch the same way. Ids stay below
+  // 2^63 until the year 2248.
   absl::StatusOr<uint64_t> ReserveClaimIds(uint64_t count);
-  static constexpr int kClaimSequenceBits = 24;
+  static constexpr int kClaimSequenceBits = 20;
 
   // Writes a consistent copy of the database to `path` (VACUUM INTO) while
   // serving, then verifies it (it opens, passes quick_check and holds the
