@@ -20,7 +20,8 @@
 //
 // One damaged row does not take down the rest: a row whose stored bytes do
 // not parse (or name another key) is moved to the quarantine table when it
-// is read - at load (ForEachSummary), by Get and by List - and is then a
+// is read - its summary at load (ForEachSummary), its entry by Get and List
+// - and is then a
 // MISS, re-tunable like any other.
 //
 // The file (and its -wal/-shm, which SQLite creates with the same mode) is
@@ -104,8 +105,9 @@ class TuneStore {
   // Calls fn for every entry with what the in-memory index needs (key id,
   // serialized entry summary, candidate set, fingerprint digest), in key
   // order, a page at a time, without holding the store's lock. Each row's
-  // summary and entry are parsed (and must name the row's key): a damaged
-  // row is quarantined instead of passed on.
+  // summary (what lookups serve) is parsed and must name the row's key: a
+  // damaged one is quarantined instead of passed on. (Full entries are
+  // checked by Get and List, which read them.)
   absl::Status ForEachSummary(
       const std::function<void(std::string key_id, std::string summary,
                                std::string candidate_set,

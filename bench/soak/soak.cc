@@ -65,9 +65,8 @@ struct Options {
 Options ParseFlags(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
-    std::pair<std::string, std::string> kv =
-        absl::StrSplit(absl::string_view(argv[i]).substr(2),
-                       absl::MaxSplits('=', 1));
+    std::pair<std::string, std::string> kv = absl::StrSplit(
+        absl::string_view(argv[i]).substr(2), absl::MaxSplits('=', 1));
     bool ok = absl::string_view(argv[i]).substr(0, 2) == "--";
     if (kv.first == "duration") {
       ok = ok && absl::ParseDuration(kv.second, &o.duration);
@@ -169,7 +168,7 @@ class Daemon {
 
 struct Tally {
   std::map<std::string, std::map<int, uint64_t>> codes;  // method -> code -> n
-  std::vector<uint32_t> micros;                           // every call
+  std::vector<uint32_t> micros;                          // every call
 };
 
 void ClientMain(int index, const Options& o, const std::string& socket,
@@ -213,7 +212,8 @@ void ClientMain(int index, const Options& o, const std::string& socket,
       timed("Lookup", [&](auto* c) { return stub->Lookup(c, req, &resp); });
     } else if (op < 40) {
       v1::BatchLookupRequest req;
-      for (int i = 0; i < 16; ++i) *req.add_keys() = Key(role, 1 + rng() % 100000);
+      for (int i = 0; i < 16; ++i)
+        *req.add_keys() = Key(role, 1 + rng() % 100000);
       v1::BatchLookupResponse resp;
       timed("BatchLookup",
             [&](auto* c) { return stub->BatchLookup(c, req, &resp); });
@@ -223,9 +223,9 @@ void ClientMain(int index, const Options& o, const std::string& socket,
       *claim.mutable_key() = Key(role, m);
       claim.set_holder(absl::StrCat("soak client ", index));
       v1::ClaimResponse granted;
-      if (!timed("Claim", [&](auto* c) {
-             return stub->Claim(c, claim, &granted);
-           }).ok() ||
+      if (!timed("Claim",
+                 [&](auto* c) { return stub->Claim(c, claim, &granted); })
+               .ok() ||
           granted.outcome() != v1::CLAIM_OUTCOME_GRANTED) {
         continue;
       }
@@ -234,7 +234,8 @@ void ClientMain(int index, const Options& o, const std::string& socket,
         v1::RenewRequest renew;
         renew.set_claim_id(id);
         v1::RenewResponse renewed;
-        timed("Renew", [&](auto* c) { return stub->Renew(c, renew, &renewed); });
+        timed("Renew",
+              [&](auto* c) { return stub->Renew(c, renew, &renewed); });
       }
       if (op % 5 == 0) {
         v1::AbandonRequest abandon;
@@ -360,13 +361,23 @@ void Flood(const Daemon& d) {
 constexpr rlim_t kDiskFullLimit = 256 << 10;
 
 const char* StatusName(int code) {
-  static const char* kNames[] = {
-      "OK",          "CANCELLED",          "UNKNOWN",
-      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",     "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",
-      "DATA_LOSS",   "UNAUTHENTICATED"};
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
   return code >= 0 && code < 17 ? kNames[code] : "?";
 }
 
@@ -397,8 +408,9 @@ int Main(int argc, char** argv) {
   std::map<std::string, int> faults;
   while (absl::Now() < end) {
     if (absl::Now() >= next_sample) {
-      rss.emplace_back(static_cast<int>((absl::Now() - start) / absl::Seconds(1)),
-                       daemon.RssKiB());
+      rss.emplace_back(
+          static_cast<int>((absl::Now() - start) / absl::Seconds(1)),
+          daemon.RssKiB());
       next_sample += absl::Seconds(5);
     }
     if (absl::Now() >= next_fault) {
@@ -503,13 +515,13 @@ int Main(int argc, char** argv) {
   }
   std::sort(micros.begin(), micros.end());
   auto pct = [&](double p) {
-    return micros.empty() ? 0u
-                          : micros[std::min(micros.size() - 1,
-                                            static_cast<size_t>(
-                                                p * micros.size()))];
+    return micros.empty()
+               ? 0u
+               : micros[std::min(micros.size() - 1,
+                                 static_cast<size_t>(p * micros.size()))];
   };
-  std::cout << "calls: " << calls << ", latency p50 " << pct(0.5)
-            << " us, p99 " << pct(0.99) << " us (deadline 2 s)\n";
+  std::cout << "calls: " << calls << ", latency p50 " << pct(0.5) << " us, p99 "
+            << pct(0.99) << " us (deadline 2 s)\n";
   std::cout << "daemon RSS (s: MiB):";
   for (const auto& [s, kib] : rss) {
     std::cout << " " << s << ":" << absl::StrFormat("%.1f", kib / 1024.0);
