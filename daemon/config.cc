@@ -138,6 +138,21 @@ const std::vector<Option>& Options() {
          out << "0" << std::oct << c.socket_mode;
          return out.str();
        }},
+      Text("admin_group",
+           "group allowed operator calls (delete, import, backup, log level) "
+           "besides root and the daemon's user",
+           &Config::admin_group),
+      Text("tls_cert_file", "TLS certificate chain (PEM) for a TCP --listen",
+           &Config::tls_cert_file),
+      Text("tls_key_file", "TLS private key (PEM) for a TCP --listen",
+           &Config::tls_key_file),
+      Bool("allow_insecure_tcp",
+           "serve a non-loopback TCP --listen without TLS (anyone on the "
+           "network may then call)",
+           &Config::allow_insecure_tcp),
+      Dur("max_connection_idle",
+          "close connections without calls for this long (0: never)",
+          &Config::max_connection_idle),
       Dur("lease_ttl", "default claim lease", &Config::lease_ttl),
       Dur("max_lease_ttl", "longest lease a client may ask for",
           &Config::max_lease_ttl),
@@ -285,6 +300,11 @@ absl::StatusOr<Config> ParseConfig(
         "unix://", std::filesystem::absolute(std::string(socket)).string());
   }
   config.db = std::filesystem::absolute(config.db).string();
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert_file and --tls_key_file go together: give both or "
+        "neither");
+  }
   if (config.lease_ttl > config.max_lease_ttl) {
     return absl::InvalidArgumentError(
         "--lease_ttl: must not exceed --max_lease_ttl");

@@ -39,8 +39,22 @@ struct Config {
   // CUDA backend: heuristic candidates and workspace limit.
   int cublaslt_candidates = 8;
   uint64_t workspace_bytes = 32u << 20;
-  // Socket file mode for a unix listener (octal).
+  // Socket file mode for a unix listener (octal); the socket has it from the
+  // moment it appears.
   uint32_t socket_mode = 0660;
+  // Group whose members (primary or supplementary) may make operator calls
+  // (DeleteEntries, ImportEntries, Backup, SetLogLevel) on the unix socket,
+  // besides root and the daemon's own user. Empty: none.
+  std::string admin_group;
+  // TCP: a --listen address that is not loopback needs TLS (both files, PEM)
+  // or allow_insecure_tcp.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  bool allow_insecure_tcp = false;
+  // A connection with no call for this long is closed (GOAWAY; clients
+  // reconnect when they next call), so idle connections cannot hold the
+  // descriptors forever. Zero: never.
+  absl::Duration max_connection_idle = absl::Minutes(10);
   std::string config_file;
 
   // Leases and backoff.

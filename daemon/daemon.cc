@@ -1,11 +1,17 @@
 #include "daemon/daemon.h"
 
+#include <grp.h>
 #include <malloc.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -18,6 +24,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "proto/execution_convert.h"
@@ -29,11 +36,51 @@
 namespace gputune {
 namespace {
 
-// The filesystem path of a unix: address, or empty.
 std::string UnixPath(absl::string_view address) {
-  if (absl::ConsumePrefix(&address, "unix://")) return std::string(address);
-  if (absl::ConsumePrefix(&address, "unix:")) return std::string(address);
-  return "";
+  return UnixSocketPath(address);
+}
+
+// The admin group's id; nullopt for none. INVALID_ARGUMENT for an unknown
+// group.
+absl::StatusOr<std::optional<gid_t>> AdminGroup(const std::string& name) {
+  if (name.empty()) return std::optional<gid_t>();
+  group grp{};
+  group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getgrnam_r(name.c_str(), &grp, buf.data(), buf.size(), &found) != 0 ||
+      found == nullptr) {
+    gid_t gid = 0;
+    if (absl::SimpleAtoi(name, &gid)) return std::optional<gid_t>(gid);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--admin_group=", name, ": no such group (give a name or a number)"));
+  }
+  return std::optional<gid_t>(found->gr_gid);
+}
+
+// FAILED_PRECONDITION for a TCP address that would expose the daemon to the
+// network without TLS, unless the operator said so.
+absl::Status CheckTcpExposure(const Config& config) {
+  if (!UnixPath(config.listen).empty()) return absl::OkStatus();
+  if (!config.tls_cert_file.empty() || config.allow_insecure_tcp ||
+      IsLoopbackAddress(config.listen)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--listen=", config.listen,
+      " is not a loopback address: anyone on the network could call the "
+      "daemon. Use a unix socket or 127.0.0.1, give --tls_cert_file and "
+      "--tls_key_file, or pass --allow_insecure_tcp if the network is "
+      "trusted"));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  }
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 kernels::AutotuneLog AutotuneLevel(const std::string& name) {
@@ -53,11 +100,36 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   info.listen_address = config.listen;
   info.database_path = config.db;
 
-  // Storage first: nothing is served before the cache is loaded.
+  if (auto s = CheckTcpExposure(config); !s.ok()) return s;
+  absl::StatusOr<std::optional<gid_t>> admin_group =
+      AdminGroup(config.admin_group);
+  if (!admin_group.ok()) return admin_group.status();
+  const int files = RaiseFileLimit();
+  spdlog::debug("file descriptor limit {}", files);
+
+  // One daemon per database and per socket: the locks come before anything
+  // is touched, so a second daemon changes nothing (not the socket of the
+  // first).
   std::error_code ec;
   const std::filesystem::path db_dir =
       std::filesystem::path(config.db).parent_path();
   if (!db_dir.empty()) std::filesystem::create_directories(db_dir, ec);
+  absl::StatusOr<InstanceLock> db_lock = InstanceLock::Acquire(
+      config.db + ".lock", absl::StrCat("database ", config.db));
+  if (!db_lock.ok()) return db_lock.status();
+  d->db_lock_.emplace(std::move(*db_lock));
+  const std::string socket_path = UnixPath(config.listen);
+  if (!socket_path.empty()) {
+    const std::filesystem::path dir =
+        std::filesystem::path(socket_path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    absl::StatusOr<InstanceLock> socket_lock = InstanceLock::Acquire(
+        socket_path + ".lock", absl::StrCat("socket ", socket_path));
+    if (!socket_lock.ok()) return socket_lock.status();
+    d->socket_lock_.emplace(std::move(*socket_lock));
+  }
+
+  // Storage first: nothing is served before the cache is loaded.
   const absl::Time open_start = absl::Now();
   storage::OpenReport report;
   absl::StatusOr<std::unique_ptr<storage::TuneStore>> store =
@@ -136,26 +208,54 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   d->jobs_ = std::make_unique<JobQueue>(job_options, d->arbiter_.get(),
                                         d->store_.get(), d->backend_.get(),
                                         choice.error, &d->clock_);
+  d->authority_ =
+      std::make_unique<Authority>(&d->peers_, geteuid(), *admin_group);
   d->tune_service_ = std::make_unique<TuneServiceImpl>(
       info, d->arbiter_.get(), d->store_.get(), d->jobs_.get(),
-      d->store_executor_.get(), &d->clock_);
+      d->store_executor_.get(), &d->clock_, d->authority_.get());
   d->admin_service_ = std::make_unique<AdminServiceImpl>(
-      d->store_.get(), d->jobs_.get(), d->store_executor_.get());
+      d->store_.get(), d->jobs_.get(), d->store_executor_.get(),
+      d->authority_.get());
   d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
   d->admin_service_->set_metrics(d->metrics_.get());
+  d->tune_service_->set_metrics(d->metrics_.get());
 
-  const std::string socket_path = UnixPath(config.listen);
-  if (!socket_path.empty()) {
-    const std::filesystem::path dir =
-        std::filesystem::path(socket_path).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  const bool tls = !config.tls_cert_file.empty();
   int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &port);
+  if (tls) {
+    // gRPC's own listener (TLS needs its handshake); see listener.h for
+    // what that listener does when out of descriptors.
+    absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(config.tls_key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    builder.AddListeningPort(config.listen, grpc::SslServerCredentials(ssl),
+                             &port);
+  } else {
+    ListenerOptions listener_options;
+    listener_options.address = config.listen;
+    listener_options.socket_mode = config.socket_mode;
+    absl::StatusOr<std::unique_ptr<Listener>> listener =
+        Listener::Bind(listener_options);
+    if (!listener.ok()) {
+      return absl::Status(listener.status().code(),
+                          absl::StrCat("cannot listen on ", config.listen, ": ",
+                                       listener.status().message()));
+    }
+    d->listener_ = std::move(*listener);
+    d->info_.listen_address = d->listener_->address();
+  }
+  if (config.max_connection_idle > absl::ZeroDuration()) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+        static_cast<int>(std::min<int64_t>(
+            absl::ToInt64Milliseconds(config.max_connection_idle), INT32_MAX)));
+  }
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   // Bounds the memory of the calls in flight (see kCallMemoryQuotaBytes).
@@ -167,17 +267,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   builder.experimental().SetInterceptorCreators(
       d->metrics_->InterceptorFactories());
   d->server_ = builder.BuildAndStart();
-  if (!d->server_ || (socket_path.empty() && port == 0)) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", config.listen,
-        ": is another gputuned running there, or is the directory not "
-        "writable?"));
+  if (!d->server_ || (tls && port == 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen,
+                     ": is the address in use, or the certificate unusable?"));
   }
-  if (!socket_path.empty() &&
-      chmod(socket_path.c_str(), static_cast<mode_t>(config.socket_mode)) !=
-          0) {
-    spdlog::warn("cannot set mode {:o} on {}", config.socket_mode, socket_path);
-  }
+  if (d->listener_) d->listener_->Start(d->server_.get(), &d->peers_);
   if (d->server_->GetHealthCheckService())
     d->server_->GetHealthCheckService()->SetServingStatus(true);
 
@@ -194,9 +289,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     }
   });
   spdlog::info(
-      "gputuned {} serving on {} (database {}, {} entries, backend {}{})",
-      kVersion, config.listen, config.db, loaded, info.backend,
-      d->backend_ ? "" : ": cache only");
+      "gputuned {} serving on {} (database {}, {} entries, backend {}{}; "
+      "up to {} connections)",
+      kVersion, d->info_.listen_address, config.db, loaded, info.backend,
+      d->backend_ ? "" : ": cache only",
+      d->listener_ ? d->listener_->connection_limit() : files);
   return d;
 }
 
@@ -210,6 +307,7 @@ void Daemon::Shutdown() {
   if (server_ && server_->GetHealthCheckService())
     server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();
+  if (listener_) listener_->Stop();  // no new connections; removes the socket
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(config_.shutdown_grace));
@@ -219,8 +317,6 @@ void Daemon::Shutdown() {
   if (sweeper_.joinable()) sweeper_.join();
   store_executor_.reset();  // runs what was queued
   jobs_.reset();
-  const std::string socket_path = UnixPath(config_.listen);
-  if (!socket_path.empty()) std::filesystem::remove(socket_path);
   store_.reset();
   spdlog::info("gputuned stopped");
 }
@@ -236,9 +332,17 @@ bool Daemon::Alive() {
   const bool sweeping = sweeps != last_alive_sweeps_;
   last_alive_sweeps_ = sweeps;
   if (!sweeping) return false;
-  // ...and the server must answer a health check through its own queue.
+  // ...and the server must answer a health check through the socket
+  // clients use, over a connection of its own (a local subchannel pool: not
+  // one shared with an earlier check): the accept loop, gRPC and the
+  // handlers all work. A TLS listener is checked in process.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto stub = grpc::health::v1::Health::NewStub(
-      server_->InProcessChannel(grpc::ChannelArguments()));
+      listener_
+          ? grpc::CreateCustomChannel(listener_->address(),
+                                      grpc::InsecureChannelCredentials(), args)
+          : server_->InProcessChannel(args));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::health::v1::HealthCheckRequest request;

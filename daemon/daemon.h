@@ -11,14 +11,18 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "daemon/arbiter.h"
+#include "daemon/authority.h"
 #include "daemon/clock.h"
 #include "daemon/config.h"
+#include "daemon/instance_lock.h"
 #include "daemon/job_queue.h"
+#include "daemon/listener.h"
 #include "daemon/metrics.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
@@ -33,8 +37,11 @@ inline constexpr char kVersion[] = "0.1.0";
 class Daemon {
  public:
   // Fails (with a message for the operator) when the database cannot be
-  // opened or the address cannot be bound. A corrupt database is not a
-  // failure: it is quarantined and reported in GetStatus.
+  // opened, another daemon holds the database or the socket (naming its
+  // pid), the address cannot be bound, or a TCP address is not loopback and
+  // has neither TLS nor --allow_insecure_tcp. A corrupt database is not a
+  // failure: it is quarantined and reported in GetStatus. Raises the soft
+  // RLIMIT_NOFILE to the hard limit.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Config& config);
   // Shuts down if Shutdown was not called.
   ~Daemon();
@@ -44,10 +51,11 @@ class Daemon {
   // executor, close the database. Idempotent.
   void Shutdown();
 
-  // Whether the lease sweeper ran since the last call, the gRPC server
-  // answers a health check through its in-process channel, the device worker
-  // is not stuck, and the device (if any) was not lost: what the watchdog
-  // reports. Call from one thread, at intervals above 100 ms.
+  // Whether the lease sweeper ran since the last call, the daemon answers a
+  // health check over a fresh connection through its own socket (so a
+  // listener that stopped accepting is caught), the device worker is not
+  // stuck, and the device (if any) was not lost: what the watchdog reports.
+  // Call from one thread, at intervals above 100 ms; takes up to 2 s.
   bool Alive();
 
   // One line for sd_notify STATUS= and logs: entries, claims, queue, backend.
@@ -63,6 +71,12 @@ class Daemon {
 
   Config config_;
   DaemonInfo info_;
+  // Held for the daemon's life: released by the kernel however it ends.
+  std::optional<InstanceLock> db_lock_;
+  std::optional<InstanceLock> socket_lock_;
+  PeerTable peers_;
+  std::unique_ptr<Authority> authority_;
+  std::unique_ptr<Listener> listener_;
   RealClock clock_;
   // Before everything that reports into it (destroyed after them).
   std::unique_ptr<DaemonMetrics> metrics_;

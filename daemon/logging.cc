@@ -7,6 +7,12 @@
 #include <cstdlib>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -46,7 +52,60 @@ bool StderrIsJournal() {
          static_cast<unsigned long long>(st.st_ino) == inode;
 }
 
+// protobuf's log handler is a plain function pointer: its rate limiter has
+// to live in a static.
+class ProtobufLogLimiter {
+ public:
+  static ProtobufLogLimiter& Get() {
+    static auto* limiter = new ProtobufLogLimiter();
+    return *limiter;
+  }
+
+  static void Handle(google::protobuf::LogLevel level, const char* file,
+                     int line, const std::string& message) {
+    Get().Log(level, file, line, message);
+  }
+
+ private:
+  void Log(google::protobuf::LogLevel level, const char* file, int line,
+           const std::string& message) {
+    uint64_t skipped = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      if (now - last_ < absl::Seconds(1)) {
+        ++skipped_;
+        return;
+      }
+      last_ = now;
+      skipped = skipped_;
+      skipped_ = 0;
+    }
+    const std::string text = absl::StrCat(
+        "protobuf (", file, ":", line, "): ", LogSafe(message),
+        skipped > 0 ? absl::StrCat(" (", skipped, " similar lines skipped)")
+                    : std::string());
+    if (level >= google::protobuf::LOGLEVEL_ERROR) {
+      spdlog::warn("{}", text);
+    } else {
+      spdlog::debug("{}", text);
+    }
+  }
+
+  absl::Mutex mu_;
+  absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace
+
+std::string LogSafe(absl::string_view text) {
+  constexpr size_t kMax = 512;
+  const bool cut = text.size() > kMax;
+  std::string out = absl::CHexEscape(text.substr(0, kMax));
+  if (cut) out += "...";
+  return out;
+}
 
 void SetUpLogging(const std::string& level) {
   auto logger = spdlog::stderr_logger_mt("gputuned");
@@ -60,6 +119,7 @@ void SetUpLogging(const std::string& level) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::flush_on(spdlog::level::info);
+  google::protobuf::SetLogHandler(&ProtobufLogLimiter::Handle);
 }
 
 }  // namespace gputune

@@ -25,7 +25,17 @@ namespace gputune {
 // "<priority>message": the journal adds its own timestamp and reads the syslog
 // priority from the prefix. Otherwise lines carry a timestamp and level. Logs
 // go to stderr.
+//
+// Also routes protobuf's own log lines (e.g. "String field ... contains
+// invalid UTF-8 data when parsing a protocol buffer", one per bad request)
+// through spdlog, at most one a second: a client sending bad requests in a
+// loop cannot flood the journal. The lines skipped are counted in the next.
 void SetUpLogging(const std::string& level);
+
+// `text` from another process made safe for one log line: control
+// characters (newlines, ANSI escapes), quotes, backslashes and bytes >= 0x80
+// as C escapes, cut to 512 characters (with "..." after).
+std::string LogSafe(absl::string_view text);
 
 }  // namespace gputune
 

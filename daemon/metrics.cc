@@ -19,7 +19,6 @@
 #include "daemon/job_queue.h"
 #include "google/protobuf/descriptor.h"
 #include "gputune/v1/tune.pb.h"
-#include "proto/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -216,9 +215,7 @@ std::string MetricsRegistry::Render() const {
 // --- DaemonMetrics ---------------------------------------------------------
 
 struct DaemonMetrics::Method {
-  enum class Answer { kNone, kStatuses, kClaim, kAbandon };
   std::string name;  // "Lookup"
-  Answer answer = Answer::kNone;
   bool streaming = false;
   Counter* calls = nullptr;
   Counter* errors = nullptr;
@@ -317,13 +314,6 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
       auto method = std::make_unique<Method>();
       method->name = m->name();
       method->streaming = m->server_streaming() || m->client_streaming();
-      if (m->name() == "Lookup" || m->name() == "BatchLookup") {
-        method->answer = Method::Answer::kStatuses;
-      } else if (m->name() == "Claim") {
-        method->answer = Method::Answer::kClaim;
-      } else if (m->name() == "Abandon") {
-        method->answer = Method::Answer::kAbandon;
-      }
       const MetricLabels labels = {{"method", m->name()}};
       method->calls = registry_.AddCounter(
           "gputune_rpcs_total", "gputune RPCs finished, by method.", labels);
@@ -409,49 +399,6 @@ void DaemonMetrics::CallStarted(const Method& m) {
   if (m.streaming) watch_streams_->Add(1);
 }
 
-void DaemonMetrics::Answered(const Method& m, absl::string_view response) {
-  // Read from the bytes as sent: Lookup's answer is written without
-  // messages (Arbiter::AppendLookups), and parsing it would cost more than
-  // the lookup. Field numbers are those of tune.proto.
-  wire::Reader r(response);
-  switch (m.answer) {
-    case Method::Answer::kNone:
-      return;
-    case Method::Answer::kStatuses:
-      // LookupResponse.status / BatchLookupResponse.statuses, each a
-      // KeyStatus whose state is field 2.
-      while (r.Next()) {
-        if (r.field() != 1 || r.type() != wire::WireType::kBytes) continue;
-        wire::Reader status(r.bytes());
-        int state = v1::KEY_STATE_MISS;  // proto3 leaves out 0 only
-        while (status.Next()) {
-          if (status.field() == v1::KeyStatus::kStateFieldNumber &&
-              status.type() == wire::WireType::kVarint) {
-            state = static_cast<int>(status.number());
-            break;
-          }
-        }
-        if (state >= v1::KEY_STATE_MISS && state <= v1::KEY_STATE_BACKOFF) {
-          lookups_[state]->Add();
-        }
-      }
-      return;
-    case Method::Answer::kClaim:
-      while (r.Next()) {
-        if (r.field() == v1::ClaimResponse::kOutcomeFieldNumber &&
-            r.type() == wire::WireType::kVarint &&
-            r.number() >= v1::CLAIM_OUTCOME_GRANTED &&
-            r.number() <= v1::CLAIM_OUTCOME_BACKOFF) {
-          claims_[r.number()]->Add();
-        }
-      }
-      return;
-    case Method::Answer::kAbandon:
-      claims_abandoned_->Add();
-      return;
-  }
-}
-
 void DaemonMetrics::CallEnded(const Method& m, int code, absl::Duration took) {
   in_flight_->Add(-1);
   if (m.streaming) watch_streams_->Add(-1);
@@ -462,7 +409,7 @@ void DaemonMetrics::CallEnded(const Method& m, int code, absl::Duration took) {
 
 namespace {
 
-// One per call: counts it when it starts and ends, and reads its answer.
+// One per call: counts it when it starts and ends.
 class CallInterceptor final : public grpc::experimental::Interceptor {
  public:
   CallInterceptor(DaemonMetrics* metrics, const DaemonMetrics::Method* method)
@@ -476,28 +423,6 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* batch) override {
     using grpc::experimental::InterceptionHookPoints;
-    if (method_->answer != DaemonMetrics::Method::Answer::kNone &&
-        batch->QueryInterceptionHookPoint(
-            InterceptionHookPoints::PRE_SEND_MESSAGE)) {
-      // The answer as it goes out (for Lookup's raw methods it is the
-      // ByteBuffer the handler wrote: no copy of its bytes).
-      if (grpc::ByteBuffer* buffer = batch->GetSerializedSendMessage()) {
-        std::vector<grpc::Slice> slices;
-        if (buffer->Dump(&slices).ok()) {
-          if (slices.size() == 1) {
-            Answer(slices[0]);
-          } else {
-            // BatchLookup sends whole statuses per slice (two halves);
-            // other messages are small: join them.
-            std::string joined;
-            for (const grpc::Slice& s : slices) {
-              joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
-            }
-            metrics_->Answered(*method_, joined);
-          }
-        }
-      }
-    }
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
       ended_ = true;
@@ -508,12 +433,6 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
-  void Answer(const grpc::Slice& s) {
-    metrics_->Answered(
-        *method_,
-        absl::string_view(reinterpret_cast<const char*>(s.begin()), s.size()));
-  }
-
   DaemonMetrics* const metrics_;
   const DaemonMetrics::Method* const method_;
   const absl::Time start_;

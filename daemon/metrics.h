@@ -159,6 +159,16 @@ class DaemonMetrics {
   void JobFinished(bool recorded, absl::Duration took);
   // Start-up moved a corrupt database aside.
   void DatabaseQuarantined() { quarantines_->Add(); }
+  // Lookup or BatchLookup answered a key in `state` (a v1::KeyState).
+  void KeyLookedUp(int state) {
+    if (state > 0 && state < kKeyStates) lookups_[state]->Add();
+  }
+  // Claim answered with `outcome` (a v1::ClaimOutcome).
+  void ClaimAnswered(int outcome) {
+    if (outcome > 0 && outcome < kClaimOutcomes) claims_[outcome]->Add();
+  }
+  // Abandon ended a claim.
+  void ClaimAbandoned() { claims_abandoned_->Add(); }
 
   // Values read when the text is rendered: the queue, the claims and the
   // entries, and the size of the database files. Every pointer must outlive
@@ -168,8 +178,8 @@ class DaemonMetrics {
 
   // Interceptors that count every RPC of the gputune services (by method
   // and status code, and how long it took), the calls in flight and the
-  // Watch streams open, and from the answers the lookups by resulting state
-  // and the claims by outcome. For grpc::ServerBuilder::experimental().
+  // Watch streams open; what the calls answered is counted by the service
+  // (the hooks above). For grpc::ServerBuilder::experimental().
   // SetInterceptorCreators; this object must outlive the server.
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -178,18 +188,19 @@ class DaemonMetrics {
   // The text of GetMetrics and the textfile.
   std::string Render() const { return registry_.Render(); }
 
-  // For the interceptors: the answer of `method` (full name,
-  // "/gputune.v1.TuneService/Lookup") as sent.
+  // For the interceptors: a method by its full name
+  // ("/gputune.v1.TuneService/Lookup").
   struct Method;
   const Method* FindMethod(absl::string_view full_name) const;
   void CallStarted(const Method& m);
-  void Answered(const Method& m, absl::string_view response);
   void CallEnded(const Method& m, int code, absl::Duration took);
 
  private:
   MetricsRegistry registry_;
-  Counter* lookups_[6] = {};  // by v1::KeyState
-  Counter* claims_[5] = {};   // by v1::ClaimOutcome
+  static constexpr int kKeyStates = 6;      // v1::KeyState's values
+  static constexpr int kClaimOutcomes = 5;  // v1::ClaimOutcome's values
+  Counter* lookups_[kKeyStates] = {};
+  Counter* claims_[kClaimOutcomes] = {};
   Counter* claims_abandoned_ = nullptr;
   Counter* claims_expired_ = nullptr;
   Counter* backoffs_ = nullptr;

@@ -38,9 +38,10 @@ void Notifier::StartWatchdog(std::function<bool()> alive,
         sd_notify(0, absl::StrCat("WATCHDOG=1\nSTATUS=", status()).c_str());
       } else {
         spdlog::error(
-            "watchdog: gputuned is unhealthy (gRPC server or lease sweeper "
-            "not responding, or the device lost); not pinging systemd, which "
-            "restarts the unit");
+            "watchdog: gputuned is unhealthy (no health answer over a new "
+            "connection to its socket, lease sweeper or device worker stuck, "
+            "or the device lost); not pinging systemd, which restarts the "
+            "unit");
       }
       mu_.Lock();
     }

@@ -6,14 +6,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/logging.h"
 #include "daemon/metrics.h"
+#include "daemon/page_token.h"
+#include "daemon/parsed_call.h"
 #include "google/protobuf/arena.h"
-#include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/support/proto_buffer_writer.h"
 #include "kernels/engine.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
@@ -36,27 +37,35 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+// Finishes a parsed call.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* Done(UnaryCall<Request, Response>* call,
+                               const absl::Status& status) {
+  call->Reply(status);
+  return call;
+}
+
+// Runs `work` on the store executor and finishes the call with its status.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* OnStore(SerialExecutor* executor,
+                                  UnaryCall<Request, Response>* call,
+                                  std::function<absl::Status()> work) {
+  executor->Submit([call, work = std::move(work)] { call->Reply(work()); });
+  return call;
+}
+
+// The opening of every parsed method: the call, or the answer to a request
+// that did not parse.
+#define GPUTUNE_PARSE(Request, Response)                                \
+  auto* call = ParseCall<v1::Request, v1::Response>(ctx, request_bytes, \
+                                                    response_bytes);    \
+  if (call->answered()) return call;                                    \
+  const v1::Request* request = &call->request();                        \
+  v1::Response* response = call->response();                            \
+  (void)response
+
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
-// The request of a raw method, parsed by protobuf on `arena`; null when
-// protobuf rejects the bytes.
-template <typename Request>
-Request* ParseOn(google::protobuf::Arena* arena,
-                 const grpc::ByteBuffer& bytes) {
-  auto* request = google::protobuf::Arena::CreateMessage<Request>(arena);
-  grpc::ByteBuffer shared(bytes);  // the same slices, not a copy
-  if (!grpc::SerializationTraits<Request>::Deserialize(&shared, request).ok()) {
-    return nullptr;
-  }
-  return request;
-}
-
-absl::Status NotParsed(absl::string_view type) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("the request could not be parsed as a gputune.v1.", type,
-                   " (malformed protobuf, or a string that is not UTF-8)"));
 }
 
 // Finishes a raw method's call with `message`, serialized by protobuf.
@@ -64,11 +73,8 @@ template <typename Message>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
                                  const Message& message,
                                  grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  const grpc::Status s =
-      grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(s);
+  reactor->Finish(SerializeTo(message, out));
   return reactor;
 }
 
@@ -101,10 +107,7 @@ size_t ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
 }
 
 absl::Status ValidateTtl(const google::protobuf::Duration& ttl) {
-  if (ttl.seconds() < 0 || ttl.nanos() < 0) {
-    return Invalid("ttl", "must not be negative");
-  }
-  return absl::OkStatus();
+  return ValidateDuration(ttl, "ttl", /*non_negative=*/true);
 }
 
 absl::Status ValidateClaimId(uint64_t id) {
@@ -122,7 +125,7 @@ absl::Status ValidateClaimId(uint64_t id) {
 // StartWrite on the caller's thread, and that reaction takes `mu_` again.
 // (OnDone never runs inline: gRPC schedules it, so the callback may hold
 // Alive::mu across StartWrite.)
-class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   WatchReactor(Arbiter* arbiter, const v1::Key& key)
       : arbiter_(arbiter), alive_(std::make_shared<Alive>()) {
@@ -141,7 +144,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
 
   void OnWriteDone(bool ok) override {
     std::optional<grpc::Status> finish;
-    const v1::WatchResponse* write = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -191,7 +194,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
 
   // Keeps only the newest status while a write is in flight.
   void OnStatus(const v1::KeyStatus& status) ABSL_LOCKS_EXCLUDED(mu_) {
-    const v1::WatchResponse* write = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
@@ -202,16 +205,17 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
     if (write != nullptr) StartWrite(write);
   }
 
-  // The pending status as the next message to write (null: none); the
-  // caller starts the write once mu_ is released.
-  const v1::WatchResponse* NextWriteLocked()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // The pending status, serialized, as the next message to write (null:
+  // none); the caller starts the write once mu_ is released.
+  const grpc::ByteBuffer* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!has_pending_ || finished_) return nullptr;
     last_state_ = pending_.state();
     *current_.mutable_status() = std::move(pending_);
     has_pending_ = false;
     writing_ = true;
-    return &current_;
+    current_bytes_.Clear();  // the writer wants an empty buffer
+    (void)SerializeTo(current_, &current_bytes_);
+    return &current_bytes_;
   }
 
   // The status to finish with now, or none: already finished, or a write is
@@ -232,9 +236,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse> {
   uint64_t watch_id_ = 0;  // set before gRPC can call OnDone
 
   absl::Mutex mu_;
-  // The message being written: changed only under mu_ while !writing_, read
-  // by gRPC while writing_.
+  // The message being written and its bytes: changed only under mu_ while
+  // !writing_, read by gRPC while writing_.
   v1::WatchResponse current_;
+  grpc::ByteBuffer current_bytes_;  // current_, as written
   v1::KeyState last_state_ ABSL_GUARDED_BY(mu_) = v1::KEY_STATE_UNSPECIFIED;
   v1::KeyStatus pending_ ABSL_GUARDED_BY(mu_);
   bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
@@ -255,21 +260,14 @@ grpc::Status ToGrpc(const absl::Status& status) {
 TuneServiceImpl::TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
                                  storage::TuneStore* store, JobQueue* jobs,
                                  SerialExecutor* store_executor,
-                                 const Clock* clock)
+                                 const Clock* clock, Authority* authority)
     : info_(info),
       arbiter_(arbiter),
       store_(store),
       jobs_(jobs),
       store_executor_(store_executor),
-      clock_(clock) {}
-
-grpc::ServerUnaryReactor* TuneServiceImpl::OnStore(
-    grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  store_executor_->Submit(
-      [reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
-  return reactor;
-}
+      clock_(clock),
+      authority_(authority) {}
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
@@ -279,13 +277,14 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
   char block[2048];
   google::protobuf::Arena arena(block, sizeof(block));
   const auto* request = ParseOn<v1::LookupRequest>(&arena, *request_bytes);
-  if (request == nullptr) return Done(ctx, NotParsed("LookupRequest"));
+  if (request == nullptr) return Done(ctx, NotParsed<v1::LookupRequest>());
   if (absl::Status s = ValidateKey(request->key(), "key"); !s.ok()) {
     return Done(ctx, s);
   }
   auto* response =
       google::protobuf::Arena::CreateMessage<v1::LookupResponse>(&arena);
   ToLookupStatus(arbiter_->Find(request->key()), response->mutable_status());
+  if (metrics_ != nullptr) metrics_->KeyLookedUp(response->status().state());
   return Answer(ctx, *response, response_bytes);
 }
 
@@ -294,7 +293,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     grpc::ByteBuffer* response_bytes) {
   google::protobuf::Arena arena;
   const auto* request = ParseOn<v1::BatchLookupRequest>(&arena, *request_bytes);
-  if (request == nullptr) return Done(ctx, NotParsed("BatchLookupRequest"));
+  if (request == nullptr) return Done(ctx, NotParsed<v1::BatchLookupRequest>());
   const size_t count = request->keys_size();
   if (count == 0 || count > kMaxBatchKeys) {
     return Done(
@@ -347,75 +346,115 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
                            std::max<size_t>(i, 1), " keys")));
     }
   }
+  if (metrics_ != nullptr) {
+    // Each distinct key once (moving a Found leaves its state).
+    for (const Arbiter::Found& f : found) metrics_->KeyLookedUp(f.state);
+  }
   return Answer(ctx, *response, response_bytes);
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
-    grpc::CallbackServerContext* ctx, const v1::ClaimRequest* request,
-    v1::ClaimResponse* response) {
-  if (auto s = ValidateKey(request->key(), "key"); !s.ok()) return Done(ctx, s);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(ClaimRequest, ClaimResponse);
+  if (auto s = ValidateKey(request->key(), "key"); !s.ok())
+    return Done(call, s);
   if (auto s = ValidateHolder(request->holder(), "holder"); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
-  if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(ctx, s);
+  if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(call, s);
   absl::StatusOr<v1::ClaimResponse> result = arbiter_->Claim(
       request->key(), request->holder(), FromProto(request->ttl()));
-  if (!result.ok()) return Done(ctx, result.status());
+  if (!result.ok()) return Done(call, result.status());
   if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
+    authority_->Bind(result->claim().claim_id(),
+                     authority_->Owner(ctx->peer()));
+    // Leases that ran out are forgotten now and then.
+    std::optional<absl::flat_hash_set<uint64_t>> live;
+    authority_->Prune(4096, [&](uint64_t id) {
+      if (!live) {
+        live.emplace();
+        for (const auto& [key, claim] : arbiter_->GetStats().claims) {
+          live->insert(claim.claim_id());
+        }
+      }
+      return live->contains(id);
+    });
     spdlog::debug("claim {} granted on {} to '{}'", result->claim().claim_id(),
-                  KeyText(request->key()), request->holder());
+                  KeyText(request->key()), LogSafe(request->holder()));
   }
+  if (metrics_ != nullptr) metrics_->ClaimAnswered(result->outcome());
   *response = std::move(*result);
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Renew(
-    grpc::CallbackServerContext* ctx, const v1::RenewRequest* request,
-    v1::RenewResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(RenewRequest, RenewResponse);
   if (auto s = ValidateClaimId(request->claim_id()); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
-  if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(ctx, s);
+  if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(call, s);
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
+      !s.ok()) {
+    return Done(call, s);
+  }
   absl::StatusOr<absl::Time> deadline =
       arbiter_->Renew(request->claim_id(), FromProto(request->ttl()));
-  if (!deadline.ok()) return Done(ctx, deadline.status());
+  if (!deadline.ok()) return Done(call, deadline.status());
   *response->mutable_lease_deadline() = ToProto(*deadline);
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Record(
-    grpc::CallbackServerContext* ctx, const v1::RecordRequest* request,
-    v1::RecordResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(RecordRequest, RecordResponse);
   if (auto s = ValidateClaimId(request->claim_id()); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
   if (!request->has_execution()) {
-    return Done(ctx, Invalid("execution", "required: the chosen execution"));
+    return Done(call, Invalid("execution", "required: the chosen execution"));
   }
   if (auto s = ValidateExecution(request->execution(), "execution"); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
   if (request->measurements_size() > static_cast<int>(kMaxMeasurements)) {
-    return Done(ctx, Invalid("measurements",
-                             absl::StrCat("at most ", kMaxMeasurements)));
+    return Done(call, Invalid("measurements",
+                              absl::StrCat("at most ", kMaxMeasurements)));
   }
   for (int i = 0; i < request->measurements_size(); ++i) {
     if (auto s = ValidateMeasurement(request->measurements(i),
                                      absl::StrCat("measurements[", i, "]"));
         !s.ok()) {
-      return Done(ctx, s);
+      return Done(call, s);
     }
   }
-  for (const auto* d : {&request->default_time(), &request->chosen_time()}) {
-    if (d->seconds() < 0 || d->nanos() < 0) {
-      return Done(ctx, Invalid(d == &request->default_time() ? "default_time"
-                                                             : "chosen_time",
-                               "must not be negative"));
-    }
+  if (auto s = ValidateDuration(request->default_time(), "default_time",
+                                /*non_negative=*/true);
+      !s.ok()) {
+    return Done(call, s);
+  }
+  if (auto s = ValidateDuration(request->chosen_time(), "chosen_time",
+                                /*non_negative=*/true);
+      !s.ok()) {
+    return Done(call, s);
+  }
+  if (const size_t size = request->ByteSizeLong(); size > kMaxEntryBytes) {
+    return Done(call,
+                Invalid("request", absl::StrCat("at most ", kMaxEntryBytes,
+                                                " bytes serialized, got ", size,
+                                                " (fewer measurements, or less "
+                                                "data)")));
+  }
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
+      !s.ok()) {
+    return Done(call, s);
   }
   absl::StatusOr<Arbiter::RecordTicket> ticket =
       arbiter_->BeginRecord(request->claim_id());
-  if (!ticket.ok()) return Done(ctx, ticket.status());
+  if (!ticket.ok()) return Done(call, ticket.status());
 
   v1::Entry entry;
   *entry.mutable_key() = ticket->key;
@@ -437,56 +476,70 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
   *entry.mutable_fingerprint() = info_.fingerprint;
   entry.set_recorded_by(ticket->holder);
 
-  return OnStore(ctx, [this, ticket = *ticket, entry = std::move(entry),
-                       response]() {
-    if (absl::Status s = store_->Put(entry); !s.ok()) {
-      arbiter_->CancelRecord(ticket);
-      spdlog::error("record of {} by '{}' failed: {}", KeyText(ticket.key),
-                    ticket.holder, s.message());
-      return absl::Status(
-          s.code(), absl::StrCat("the entry was not persisted: ", s.message()));
-    }
-    arbiter_->CommitRecord(ticket, entry);
-    spdlog::info("recorded {} by '{}': {}", KeyText(ticket.key), ticket.holder,
-                 entry.execution().kernel());
-    *response->mutable_entry() = entry;
-    return absl::OkStatus();
-  });
+  return OnStore(
+      store_executor_, call,
+      [this, ticket = *ticket, entry = std::move(entry), response]() {
+        if (absl::Status s = store_->Put(entry); !s.ok()) {
+          arbiter_->CancelRecord(ticket);
+          spdlog::error("record of {} by '{}' failed: {}", KeyText(ticket.key),
+                        LogSafe(ticket.holder), s.message());
+          return absl::Status(
+              s.code(),
+              absl::StrCat("the entry was not persisted: ", s.message()));
+        }
+        arbiter_->CommitRecord(ticket, entry);
+        authority_->Release(ticket.claim_id);
+        spdlog::info("recorded {} by '{}': {}", KeyText(ticket.key),
+                     LogSafe(ticket.holder), entry.execution().kernel());
+        *response->mutable_entry() = entry;
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Abandon(
-    grpc::CallbackServerContext* ctx, const v1::AbandonRequest* request,
-    v1::AbandonResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(AbandonRequest, AbandonResponse);
   if (auto s = ValidateClaimId(request->claim_id()); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
   if (auto s = ValidateReason(request->reason(), "reason"); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
+  }
+  if (auto s = authority_->CheckClaim(request->claim_id(), ctx->peer());
+      !s.ok()) {
+    return Done(call, s);
   }
   absl::StatusOr<Arbiter::AbandonResult> result =
       arbiter_->Abandon(request->claim_id());
-  if (!result.ok()) return Done(ctx, result.status());
+  if (!result.ok()) return Done(call, result.status());
+  authority_->Release(request->claim_id());
+  if (metrics_ != nullptr) metrics_->ClaimAbandoned();
   spdlog::info(
       "claim {} on {} abandoned: {}{}", request->claim_id(),
       KeyText(result->key),
-      request->reason().empty() ? "(no reason)" : request->reason(),
+      request->reason().empty() ? "(no reason)" : LogSafe(request->reason()),
       result->response.state() == v1::KEY_STATE_BACKOFF ? " -> BACKOFF" : "");
   *response = std::move(result->response);
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
-grpc::ServerWriteReactor<v1::WatchResponse>* TuneServiceImpl::Watch(
-    grpc::CallbackServerContext* ctx, const v1::WatchRequest* request) {
-  if (auto s = ValidateKey(request->key(), "key"); !s.ok()) {
-    class Refuse final : public grpc::ServerWriteReactor<v1::WatchResponse> {
-     public:
-      explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
-      void OnDone() override { delete this; }
-    };
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::Watch(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes) {
+  class Refuse final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+   public:
+    explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
+    void OnDone() override { delete this; }
+  };
+  (void)ctx;
+  v1::WatchRequest request;
+  if (!ParseRequest(*request_bytes, &request)) {
+    return new Refuse(NotParsed<v1::WatchRequest>());
+  }
+  if (auto s = ValidateKey(request.key(), "key"); !s.ok()) {
     return new Refuse(s);
   }
-  (void)ctx;
-  return new WatchReactor(arbiter_, request->key());
+  return new WatchReactor(arbiter_, request.key());
 }
 
 std::optional<storage::EntryQuery> TuneServiceImpl::QueryFor(
@@ -508,108 +561,147 @@ std::optional<storage::EntryQuery> TuneServiceImpl::QueryFor(
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
-    grpc::CallbackServerContext* ctx, const v1::ListEntriesRequest* request,
-    v1::ListEntriesResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(ListEntriesRequest, ListEntriesResponse);
   if (auto s = ValidateFilter(request->filter(), "filter"); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
   if (request->page_size() > kMaxPageSize) {
-    return Done(ctx, Invalid("page_size",
-                             absl::StrCat("must be 0..", kMaxPageSize, ", got ",
-                                          request->page_size())));
+    return Done(call, Invalid("page_size",
+                              absl::StrCat("must be 0..", kMaxPageSize,
+                                           ", got ", request->page_size())));
   }
+  absl::StatusOr<std::string> after = DecodePageToken(request->page_token());
+  if (!after.ok()) return Done(call, after.status());
   const int limit = static_cast<int>(
       request->page_size() == 0 ? kDefaultPageSize : request->page_size());
-  return OnStore(ctx, [this, request, response, limit]() -> absl::Status {
-    const std::optional<storage::EntryQuery> query =
-        QueryFor(request->filter());
-    if (!query) return absl::OkStatus();
-    absl::StatusOr<std::vector<v1::Entry>> page =
-        store_->List(*query, request->page_token(), limit);
-    if (!page.ok()) return page.status();
-    if (static_cast<int>(page->size()) == limit) {
-      response->set_next_page_token(KeyId(page->back().key()));
-    }
-    for (v1::Entry& entry : *page) {
-      const bool hit =
-          !info_.fingerprint_digest ||
-          FingerprintDigest(entry.fingerprint()) == *info_.fingerprint_digest;
-      response->add_states(hit ? v1::KEY_STATE_HIT : v1::KEY_STATE_STALE);
-      if (!request->with_measurements()) entry.clear_measurements();
-      *response->add_entries() = std::move(entry);
-    }
-    return absl::OkStatus();
-  });
+  return OnStore(
+      store_executor_, call,
+      [this, request, response, limit,
+       after = std::move(*after)]() -> absl::Status {
+        const std::optional<storage::EntryQuery> query =
+            QueryFor(request->filter());
+        if (!query) return absl::OkStatus();
+        absl::StatusOr<storage::ListPage> page =
+            store_->List(*query, after, limit);
+        if (!page.ok()) return page.status();
+        if (!page->quarantined.empty()) {
+          arbiter_->Erase(page->quarantined);
+          spdlog::error(
+              "{} damaged entries moved to quarantine while listing (first "
+              "{}): "
+              "they are MISS now and can be tuned again",
+              page->quarantined.size(), page->quarantined.front());
+        }
+        response->set_skipped_damaged(
+            static_cast<uint32_t>(page->quarantined.size()));
+        if (page->rows == limit) {
+          response->set_next_page_token(EncodePageToken(page->last_key_id));
+        }
+        for (v1::Entry& entry : page->entries) {
+          const bool hit = !info_.fingerprint_digest ||
+                           FingerprintDigest(entry.fingerprint()) ==
+                               *info_.fingerprint_digest;
+          response->add_states(hit ? v1::KEY_STATE_HIT : v1::KEY_STATE_STALE);
+          if (!request->with_measurements()) entry.clear_measurements();
+          *response->add_entries() = std::move(entry);
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::GetEntry(
-    grpc::CallbackServerContext* ctx, const v1::GetEntryRequest* request,
-    v1::GetEntryResponse* response) {
-  if (auto s = ValidateKey(request->key(), "key"); !s.ok()) return Done(ctx, s);
-  return OnStore(ctx, [this, request, response]() -> absl::Status {
-    absl::StatusOr<std::optional<v1::Entry>> entry =
-        store_->Get(KeyId(request->key()));
-    if (!entry.ok()) return entry.status();
-    if (!entry->has_value()) {
-      return absl::NotFoundError(
-          absl::StrCat("no entry for ", KeyId(request->key())));
-    }
-    std::string reason = Arbiter::StaleReason(
-        **entry, request->key().candidate_set(), info_.fingerprint_digest);
-    response->set_state(reason.empty() ? v1::KEY_STATE_HIT
-                                       : v1::KEY_STATE_STALE);
-    response->set_stale_reason(std::move(reason));
-    *response->mutable_entry() = std::move(**entry);
-    return absl::OkStatus();
-  });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(GetEntryRequest, GetEntryResponse);
+  if (auto s = ValidateKey(request->key(), "key"); !s.ok())
+    return Done(call, s);
+  return OnStore(
+      store_executor_, call, [this, request, response]() -> absl::Status {
+        bool damaged = false;
+        absl::StatusOr<std::optional<v1::Entry>> entry =
+            store_->Get(KeyId(request->key()), &damaged);
+        if (!entry.ok()) return entry.status();
+        if (damaged) {
+          arbiter_->Erase({KeyId(request->key())});
+          spdlog::error("damaged entry {} moved to quarantine: MISS now",
+                        KeyId(request->key()));
+          return absl::NotFoundError(absl::StrCat(
+              "the entry for ", KeyId(request->key()),
+              " was damaged on disk and moved to quarantine: tune it again"));
+        }
+        if (!entry->has_value()) {
+          return absl::NotFoundError(
+              absl::StrCat("no entry for ", KeyId(request->key())));
+        }
+        std::string reason = Arbiter::StaleReason(
+            **entry, request->key().candidate_set(), info_.fingerprint_digest);
+        response->set_state(reason.empty() ? v1::KEY_STATE_HIT
+                                           : v1::KEY_STATE_STALE);
+        response->set_stale_reason(std::move(reason));
+        *response->mutable_entry() = std::move(**entry);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::DeleteEntries(
-    grpc::CallbackServerContext* ctx, const v1::DeleteEntriesRequest* request,
-    v1::DeleteEntriesResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(DeleteEntriesRequest, DeleteEntriesResponse);
+  if (auto s = authority_->RequireOperator(ctx->peer(), "DeleteEntries");
+      !s.ok()) {
+    return Done(call, s);
+  }
   for (int i = 0; i < request->keys_size(); ++i) {
     if (auto s = ValidateKey(request->keys(i), absl::StrCat("keys[", i, "]"));
         !s.ok()) {
-      return Done(ctx, s);
+      return Done(call, s);
     }
   }
   if (auto s = ValidateFilter(request->filter(), "filter"); !s.ok()) {
-    return Done(ctx, s);
+    return Done(call, s);
   }
   const bool filter_empty = request->filter().ByteSizeLong() == 0;
   if (request->keys_size() > 0 && !filter_empty) {
-    return Done(ctx, Invalid("filter", "give keys or a filter, not both"));
+    return Done(call, Invalid("filter", "give keys or a filter, not both"));
   }
   if (request->keys_size() == 0 && filter_empty && !request->all()) {
-    return Done(ctx, Invalid("keys", "give keys, a filter, or all=true"));
+    return Done(call, Invalid("keys", "give keys, a filter, or all=true"));
   }
-  return OnStore(ctx, [this, request, response]() -> absl::Status {
-    absl::StatusOr<std::vector<std::string>> deleted;
-    if (request->keys_size() > 0) {
-      std::vector<std::string> ids;
-      for (const v1::Key& key : request->keys()) ids.push_back(KeyId(key));
-      deleted = store_->Delete(ids);
-    } else if (const auto query = QueryFor(request->filter()); query) {
-      deleted = store_->DeleteMatching(*query);
-    } else {
-      deleted = std::vector<std::string>();
-    }
-    if (!deleted.ok()) return deleted.status();
-    arbiter_->Erase(*deleted);
-    spdlog::info("deleted {} entries", deleted->size());
-    response->set_deleted(static_cast<uint32_t>(deleted->size()));
-    return absl::OkStatus();
-  });
+  return OnStore(
+      store_executor_, call, [this, request, response]() -> absl::Status {
+        absl::StatusOr<std::vector<std::string>> deleted;
+        if (request->keys_size() > 0) {
+          std::vector<std::string> ids;
+          for (const v1::Key& key : request->keys()) ids.push_back(KeyId(key));
+          deleted = store_->Delete(ids);
+        } else if (const auto query = QueryFor(request->filter()); query) {
+          deleted = store_->DeleteMatching(*query);
+        } else {
+          deleted = std::vector<std::string>();
+        }
+        if (!deleted.ok()) return deleted.status();
+        arbiter_->Erase(*deleted);
+        spdlog::info("deleted {} entries", deleted->size());
+        response->set_deleted(static_cast<uint32_t>(deleted->size()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
-    grpc::CallbackServerContext* ctx, const v1::ImportEntriesRequest* request,
-    v1::ImportEntriesResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(ImportEntriesRequest, ImportEntriesResponse);
+  if (auto s = authority_->RequireOperator(ctx->peer(), "ImportEntries");
+      !s.ok()) {
+    return Done(call, s);
+  }
   if (request->entries_size() == 0 ||
       request->entries_size() > kMaxImportEntries) {
     return Done(
-        ctx, Invalid("entries", absl::StrCat("must hold 1..", kMaxImportEntries,
-                                             " entries")));
+        call, Invalid("entries", absl::StrCat("must hold 1..",
+                                              kMaxImportEntries, " entries")));
   }
   std::vector<v1::Entry> entries;
   entries.reserve(request->entries_size());
@@ -617,13 +709,14 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
     if (auto s = ValidateEntry(request->entries(i),
                                absl::StrCat("entries[", i, "]"));
         !s.ok()) {
-      return Done(ctx, s);
+      return Done(call, s);
     }
     entries.push_back(request->entries(i));
     entries.back().set_source(v1::SOURCE_IMPORTED);
   }
   return OnStore(
-      ctx, [this, entries = std::move(entries), response]() -> absl::Status {
+      store_executor_, call,
+      [this, entries = std::move(entries), response]() -> absl::Status {
         if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
         arbiter_->Install(entries);
         spdlog::info("imported {} entries", entries.size());
@@ -633,8 +726,10 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
-    grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
-    v1::GetStatusResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(GetStatusRequest, GetStatusResponse);
+  (void)request;
   response->set_version(info_.version);
   *response->mutable_started_at() = ToProto(info_.started_at);
   response->set_backend(info_.backend);
@@ -647,6 +742,11 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
   *response->mutable_fingerprint() = info_.fingerprint;
   response->set_database_path(info_.database_path);
   response->set_database_quarantined_to(info_.database_quarantined_to);
+  const storage::QuarantineInfo quarantine = store_->quarantined();
+  response->set_quarantined_entries(quarantine.count);
+  for (const std::string& id : quarantine.recent_key_ids) {
+    response->add_quarantined_key_ids(id);
+  }
   response->set_listen_address(info_.listen_address);
   Arbiter::Stats stats = arbiter_->GetStats();
   response->set_entries(stats.entries);
@@ -665,78 +765,99 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
     response->set_jobs_completed(js.completed);
     response->set_jobs_failed(js.failed);
   }
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::TuneDense(
-    grpc::CallbackServerContext* ctx, const v1::TuneDenseRequest* request,
-    v1::TuneDenseResponse* response) {
-  if (auto s = ValidateKey(request->key(), "key"); !s.ok()) return Done(ctx, s);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(TuneDenseRequest, TuneDenseResponse);
+  if (auto s = ValidateKey(request->key(), "key"); !s.ok())
+    return Done(call, s);
   if (!request->key().has_dense_bf16()) {
-    return Done(ctx, Invalid("key.dense_bf16",
-                             "TuneDense benchmarks dense_bf16 keys only"));
+    return Done(call, Invalid("key.dense_bf16",
+                              "TuneDense benchmarks dense_bf16 keys only"));
   }
   if (jobs_ == nullptr) {
-    return Done(ctx, absl::FailedPreconditionError(
-                         "this gputuned has no benchmark backend"));
+    return Done(call, absl::FailedPreconditionError(
+                          "this gputuned has no benchmark backend"));
   }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   jobs_->TuneDense(request->key(), request->wait(),
-                   [reactor, response](absl::StatusOr<v1::KeyStatus> result) {
+                   [call, response](absl::StatusOr<v1::KeyStatus> result) {
                      if (result.ok()) {
                        *response->mutable_status() = std::move(*result);
                      }
-                     reactor->Finish(ToGrpc(result.status()));
+                     call->Reply(result.status());
                    });
-  return reactor;
+  return call;
 }
 
 AdminServiceImpl::AdminServiceImpl(storage::TuneStore* store, JobQueue* jobs,
-                                   SerialExecutor* store_executor)
-    : store_(store), jobs_(jobs), store_executor_(store_executor) {}
+                                   SerialExecutor* store_executor,
+                                   const Authority* authority)
+    : store_(store),
+      jobs_(jobs),
+      store_executor_(store_executor),
+      authority_(authority) {}
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Backup(
-    grpc::CallbackServerContext* ctx, const v1::BackupRequest* request,
-    v1::BackupResponse* response) {
-  if (request->path().empty() || request->path()[0] != '/') {
-    return Done(ctx, Invalid("path", "must be an absolute path"));
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(BackupRequest, BackupResponse);
+  if (auto s = authority_->RequireOperator(ctx->peer(), "Backup"); !s.ok()) {
+    return Done(call, s);
   }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  store_executor_->Submit([this, reactor, request, response] {
+  if (request->path().empty() || request->path()[0] != '/') {
+    return Done(call, Invalid("path", "must be an absolute path"));
+  }
+  if (request->path().size() > kMaxPathLength) {
+    return Done(call, Invalid("path", absl::StrCat("at most ", kMaxPathLength,
+                                                   " characters")));
+  }
+  return OnStore(store_executor_, call, [this, request, response] {
     absl::StatusOr<uint64_t> bytes = store_->Backup(request->path());
-    if (bytes.ok()) {
-      response->set_bytes(*bytes);
-      spdlog::info("database backed up to {} ({} bytes)", request->path(),
-                   *bytes);
+    if (!bytes.ok()) {
+      spdlog::error("backup to {} failed: {}", LogSafe(request->path()),
+                    bytes.status().message());
+      return bytes.status();
     }
-    reactor->Finish(ToGrpc(bytes.status()));
+    response->set_bytes(*bytes);
+    spdlog::info("database backed up to {} ({} bytes, verified)",
+                 LogSafe(request->path()), *bytes);
+    return absl::OkStatus();
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
-    grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
-    v1::SetLogLevelResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(SetLogLevelRequest, SetLogLevelResponse);
+  if (auto s = authority_->RequireOperator(ctx->peer(), "SetLogLevel");
+      !s.ok()) {
+    return Done(call, s);
+  }
+  // The whole request is checked before anything changes.
+  const spdlog::level::level_enum level =
+      spdlog::level::from_str(request->level());
+  if (!request->level().empty() && level == spdlog::level::off &&
+      request->level() != "off") {
+    return Done(call, Invalid("level",
+                              "must be one of trace, debug, info, warn, "
+                              "error, critical, off"));
+  }
+  bool autotune_ok = false;
+  const kernels::AutotuneLog autotune =
+      kernels::ParseAutotuneLog(request->autotune_log(), &autotune_ok);
+  if (!request->autotune_log().empty() && !autotune_ok) {
+    return Done(call,
+                Invalid("autotune_log", "must be disabled, minimal or full"));
+  }
   if (!request->level().empty()) {
-    const spdlog::level::level_enum level =
-        spdlog::level::from_str(request->level());
-    if (level == spdlog::level::off && request->level() != "off") {
-      return Done(ctx, Invalid("level",
-                               "must be one of trace, debug, info, warn, "
-                               "error, critical, off"));
-    }
     spdlog::set_level(level);
     spdlog::info("log level set to {}", request->level());
   }
-  if (!request->autotune_log().empty()) {
-    bool ok = false;
-    const kernels::AutotuneLog level =
-        kernels::ParseAutotuneLog(request->autotune_log(), &ok);
-    if (!ok) {
-      return Done(ctx,
-                  Invalid("autotune_log", "must be disabled, minimal or full"));
-    }
-    if (jobs_ != nullptr) jobs_->SetAutotuneLog(level);
+  if (!request->autotune_log().empty() && jobs_ != nullptr) {
+    jobs_->SetAutotuneLog(autotune);
   }
   response->set_level(
       std::string(spdlog::level::to_string_view(spdlog::get_level()).data(),
@@ -745,17 +866,18 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
     response->set_autotune_log(
         std::string(kernels::AutotuneLogName(jobs_->autotune_log())));
   }
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetMetrics(
-    grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest*,
-    v1::GetMetricsResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  GPUTUNE_PARSE(GetMetricsRequest, GetMetricsResponse);
   if (metrics_ == nullptr) {
-    return Done(ctx, absl::UnavailableError("metrics are not set up yet"));
+    return Done(call, absl::UnavailableError("metrics are not set up yet"));
   }
   response->set_text(metrics_->Render());
-  return Done(ctx, absl::OkStatus());
+  return Done(call, absl::OkStatus());
 }
 
 }  // namespace gputune

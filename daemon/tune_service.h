@@ -12,10 +12,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
+#include "daemon/authority.h"
 #include "daemon/clock.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
@@ -57,22 +59,44 @@ inline constexpr absl::string_view kKeyIndexTrailer = "gputune-key-index";
 // cannot grow the daemon without bound.
 inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
 
-// Lookup and BatchLookup are raw methods that parse their requests with
-// protobuf themselves, on an arena: gRPC answers a request its own
-// deserializer rejects with UNIMPLEMENTED and no message; these answer
-// INVALID_ARGUMENT saying the request could not be parsed. On the wire all
-// methods are the messages of tune.proto.
+// Every method is raw and parses its request with protobuf itself (on an
+// arena for Lookup and BatchLookup; daemon/parsed_call.h for the others):
+// gRPC 1.51 answers a request its own deserializer rejects with UNIMPLEMENTED
+// and no message; these answer INVALID_ARGUMENT saying the request could not
+// be parsed. On the wire all methods are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
     v1::TuneService::WithRawCallbackMethod_BatchLookup<
-        v1::TuneService::CallbackService>>;
+        v1::TuneService::WithRawCallbackMethod_Claim<v1::TuneService::WithRawCallbackMethod_Renew<
+            v1::TuneService::WithRawCallbackMethod_Record<
+                v1::TuneService::WithRawCallbackMethod_Abandon<
+                    v1::TuneService::WithRawCallbackMethod_Watch<
+                        v1::TuneService::WithRawCallbackMethod_ListEntries<
+                            v1::TuneService::WithRawCallbackMethod_GetEntry<
+                                v1::TuneService::WithRawCallbackMethod_DeleteEntries<
+                                    v1::TuneService::WithRawCallbackMethod_ImportEntries<
+                                        v1::TuneService::WithRawCallbackMethod_GetStatus<
+                                            v1::TuneService::
+                                                WithRawCallbackMethod_TuneDense<
+                                                    v1::TuneService::
+                                                        CallbackService>>>>>>>>>>>>>;
+using AdminServiceBase = v1::AdminService::WithRawCallbackMethod_Backup<
+    v1::AdminService::WithRawCallbackMethod_SetLogLevel<
+        v1::AdminService::WithRawCallbackMethod_GetMetrics<
+            v1::AdminService::CallbackService>>>;
 
 class TuneServiceImpl final : public TuneServiceBase {
  public:
   // Every pointer must outlive the service. `jobs` may be null (no
   // TuneDense).
+  // `authority` decides operator calls and claim ownership.
   TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
                   storage::TuneStore* store, JobQueue* jobs,
-                  SerialExecutor* store_executor, const Clock* clock);
+                  SerialExecutor* store_executor, const Clock* clock,
+                  Authority* authority);
+
+  // Counts lookups by state and claims by outcome (daemon/metrics.h); set
+  // before serving, or never.
+  void set_metrics(DaemonMetrics* metrics) { metrics_ = metrics; }
 
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
@@ -83,44 +107,40 @@ class TuneServiceImpl final : public TuneServiceBase {
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* ctx,
-                                  const v1::ClaimRequest* request,
-                                  v1::ClaimResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* ctx,
-                                  const v1::RenewRequest* request,
-                                  v1::RenewResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Record(grpc::CallbackServerContext* ctx,
-                                   const v1::RecordRequest* request,
-                                   v1::RecordResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Abandon(grpc::CallbackServerContext* ctx,
-                                    const v1::AbandonRequest* request,
-                                    v1::AbandonResponse* response) override;
-  grpc::ServerWriteReactor<v1::WatchResponse>* Watch(
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx,
-      const v1::WatchRequest* request) override;
-  grpc::ServerUnaryReactor* ListEntries(
-      grpc::CallbackServerContext* ctx, const v1::ListEntriesRequest* request,
-      v1::ListEntriesResponse* response) override;
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetEntry(grpc::CallbackServerContext* ctx,
-                                     const v1::GetEntryRequest* request,
-                                     v1::GetEntryResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteEntries(
-      grpc::CallbackServerContext* ctx, const v1::DeleteEntriesRequest* request,
-      v1::DeleteEntriesResponse* response) override;
-  grpc::ServerUnaryReactor* ImportEntries(
-      grpc::CallbackServerContext* ctx, const v1::ImportEntriesRequest* request,
-      v1::ImportEntriesResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteEntries(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ImportEntries(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
-                                      const v1::GetStatusRequest* request,
-                                      v1::GetStatusResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* TuneDense(grpc::CallbackServerContext* ctx,
-                                      const v1::TuneDenseRequest* request,
-                                      v1::TuneDenseResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
-  // Runs `work` on the store executor and finishes the reactor with its
-  // status.
-  grpc::ServerUnaryReactor* OnStore(grpc::CallbackServerContext* ctx,
-                                    std::function<absl::Status()> work);
   // The store query for a filter; nullopt when nothing can match.
   std::optional<storage::EntryQuery> QueryFor(
       const v1::EntryFilter& filter) const;
@@ -131,29 +151,32 @@ class TuneServiceImpl final : public TuneServiceBase {
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
   const Clock* const clock_;
+  Authority* const authority_;
+  DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
 };
 
-class AdminServiceImpl final : public v1::AdminService::CallbackService {
+class AdminServiceImpl final : public AdminServiceBase {
  public:
   AdminServiceImpl(storage::TuneStore* store, JobQueue* jobs,
-                   SerialExecutor* store_executor);
+                   SerialExecutor* store_executor, const Authority* authority);
 
   grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
-                                   const v1::BackupRequest* request,
-                                   v1::BackupResponse* response) override;
-  grpc::ServerUnaryReactor* SetLogLevel(
-      grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
-      v1::SetLogLevelResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetLogLevel(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   // The metrics' text (daemon/metrics.h); UNAVAILABLE until set_metrics.
-  grpc::ServerUnaryReactor* GetMetrics(
-      grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* request,
-      v1::GetMetricsResponse* response) override;
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   void set_metrics(const DaemonMetrics* metrics) { metrics_ = metrics; }
 
  private:
   storage::TuneStore* const store_;
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
+  const Authority* const authority_;
   const DaemonMetrics* metrics_ = nullptr;  // set before serving
 };
 

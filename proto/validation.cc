@@ -88,10 +88,54 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status CheckDim(uint32_t value,
   return absl::OkStatus();
 }
 
+// Protobuf's own bounds (google/protobuf/duration.proto, timestamp.proto).
+constexpr int64_t kMaxDurationSeconds = 315576000000;
+constexpr int64_t kMinTimestampSeconds = -62135596800;  // 0001-01-01
+constexpr int64_t kMaxTimestampSeconds = 253402300799;  // 9999-12-31
+constexpr int32_t kMaxNanos = 999999999;
+
 absl::Status CheckDuration(const google::protobuf::Duration& d,
-                           const Field& field) {
-  if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= 1000000000) {
+                           const Field& field, bool non_negative = true) {
+  const int64_t s = d.seconds();
+  const int32_t n = d.nanos();
+  if (s < -kMaxDurationSeconds || s > kMaxDurationSeconds || n < -kMaxNanos ||
+      n > kMaxNanos || (s > 0 && n < 0) || (s < 0 && n > 0)) {
+    return Invalid(
+        field,
+        absl::StrCat("not a valid duration (seconds ", s, ", nanos ", n,
+                     "): seconds must be within +-", kMaxDurationSeconds,
+                     ", nanos within +-", kMaxNanos, " with the same sign"));
+  }
+  if (non_negative && (s < 0 || n < 0)) {
     return Invalid(field, "must be a non-negative duration");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTimestamp(const google::protobuf::Timestamp& t,
+                            const Field& field) {
+  if (t.seconds() < kMinTimestampSeconds ||
+      t.seconds() > kMaxTimestampSeconds || t.nanos() < 0 ||
+      t.nanos() > kMaxNanos) {
+    return Invalid(field, absl::StrCat("not a valid timestamp (seconds ",
+                                       t.seconds(), ", nanos ", t.nanos(),
+                                       "): must lie in years 1..9999 with "
+                                       "nanos 0..",
+                                       kMaxNanos));
+  }
+  return absl::OkStatus();
+}
+
+// At most max bytes, no control characters (the text reaches logs and
+// terminals); empty allowed.
+absl::Status CheckFreeText(absl::string_view value, const Field& field,
+                           size_t max) {
+  if (value.size() > max) return TooLong(field, max, value.size());
+  for (char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return Invalid(field, "must not contain control characters");
+    }
   }
   return absl::OkStatus();
 }
@@ -189,8 +233,7 @@ absl::Status ValidateMeasurement(const v1::CandidateMeasurement& m,
     return Invalid({field, ".max_abs_error"}, "must be finite and >= 0");
   }
   if (m.error().size() > kMaxReasonLength) {
-    return Invalid({field, ".error"},
-                   absl::StrCat("at most ", kMaxReasonLength, " characters"));
+    return TooLong({field, ".error"}, kMaxReasonLength, m.error().size());
   }
   if (auto s = CheckDuration(m.median(), {field, ".median"}); !s.ok()) {
     return s;
@@ -233,7 +276,63 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
       !s.ok()) {
     return s;
   }
-  return CheckDuration(entry.chosen_time(), {field, ".chosen_time"});
+  if (auto s = CheckDuration(entry.chosen_time(), {field, ".chosen_time"});
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = CheckTimestamp(entry.measured_at(), {field, ".measured_at"});
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ValidateFingerprint(entry.fingerprint(),
+                                   absl::StrCat(field, ".fingerprint"));
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = CheckFreeText(entry.recorded_by(), {field, ".recorded_by"},
+                             kMaxHolderLength);
+      !s.ok()) {
+    return s;
+  }
+  if (const size_t size = entry.ByteSizeLong(); size > kMaxEntryBytes) {
+    return Invalid(field, absl::StrCat("at most ", kMaxEntryBytes,
+                                       " bytes serialized, got ", size,
+                                       " (fewer measurements, or less data)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFingerprint(const v1::Fingerprint& fp,
+                                 absl::string_view field) {
+  const std::pair<const std::string*, const char*> fields[] = {
+      {&fp.backend(), ".backend"},
+      {&fp.device_name(), ".device_name"},
+      {&fp.device_uuid(), ".device_uuid"},
+      {&fp.compute_capability(), ".compute_capability"},
+      {&fp.driver_version(), ".driver_version"},
+      {&fp.runtime_version(), ".runtime_version"},
+      {&fp.cublaslt_version(), ".cublaslt_version"},
+      {&fp.kernel_version(), ".kernel_version"},
+      {&fp.build(), ".build"},
+  };
+  for (const auto& [value, name] : fields) {
+    if (auto s =
+            CheckFreeText(*value, {field, name}, kMaxFingerprintFieldLength);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDuration(const google::protobuf::Duration& d,
+                              absl::string_view field, bool non_negative) {
+  return CheckDuration(d, field, non_negative);
+}
+
+absl::Status ValidateTimestamp(const google::protobuf::Timestamp& t,
+                               absl::string_view field) {
+  return CheckTimestamp(t, field);
 }
 
 absl::Status ValidateHolder(absl::string_view holder, absl::string_view field) {
@@ -244,8 +343,7 @@ absl::Status ValidateHolder(absl::string_view holder, absl::string_view field) {
 
 absl::Status ValidateReason(absl::string_view reason, absl::string_view field) {
   if (reason.size() > kMaxReasonLength) {
-    return Invalid(field, absl::StrCat("must be at most ", kMaxReasonLength,
-                                       " characters"));
+    return TooLong(field, kMaxReasonLength, reason.size());
   }
   return absl::OkStatus();
 }

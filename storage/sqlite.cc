@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,17 @@ absl::Status SqliteError(int code, absl::string_view what, sqlite3* db) {
       return absl::UnavailableError(msg);
     case SQLITE_FULL:
       return absl::ResourceExhaustedError(msg);
+    case SQLITE_IOERR: {
+      // A write refused for space (ENOSPC, a quota, a file-size limit) is a
+      // full disk, not a fault of the daemon.
+      const int error = db ? sqlite3_system_errno(db) : 0;
+      if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(msg, " (", std::strerror(error),
+                         "): free disk space for the database"));
+      }
+      return absl::InternalError(msg);
+    }
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
     case SQLITE_READONLY:

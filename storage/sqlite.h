@@ -78,7 +78,9 @@ class Connection {
 };
 
 // Maps an SQLite result code to a status: corruption and "not a database" to
-// DATA_LOSS, busy/locked to UNAVAILABLE, the rest to INTERNAL.
+// DATA_LOSS, busy/locked to UNAVAILABLE, a full disk (SQLITE_FULL, or an I/O
+// error with ENOSPC, EDQUOT or EFBIG) to RESOURCE_EXHAUSTED, the rest to
+// INTERNAL.
 absl::Status SqliteError(int code, absl::string_view what, sqlite3* db);
 
 }  // namespace gputune::storage

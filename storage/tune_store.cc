@@ -1,8 +1,12 @@
 #include "storage/tune_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +40,18 @@ CREATE TABLE meta (
   value INTEGER NOT NULL
 ) WITHOUT ROWID;
 PRAGMA user_version = 1;
+)sql";
+
+// Not part of a schema version: created when missing, ignored by binaries
+// that predate it.
+constexpr char kQuarantineTable[] = R"sql(
+CREATE TABLE IF NOT EXISTS quarantine (
+  key_id         TEXT NOT NULL,
+  reason         TEXT NOT NULL,
+  quarantined_at INTEGER NOT NULL,
+  summary        BLOB,
+  entry          BLOB
+);
 )sql";
 
 // Every migration takes the schema from version i to i + 1.
@@ -84,6 +100,17 @@ absl::Status Migrate(Connection& db, OpenReport* report) {
   absl::StatusOr<int64_t> version = db.QueryInt("PRAGMA user_version");
   if (!version.ok()) return version.status();
   report->schema_version_found = static_cast<int>(*version);
+  if (*version == 0) {
+    // A new database has no tables. One with tables but no version was not
+    // written by gputuned: quarantined like any other unusable file.
+    absl::StatusOr<int64_t> tables = db.QueryInt(
+        "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'");
+    if (!tables.ok()) return tables.status();
+    if (*tables > 0) {
+      return absl::DataLossError(
+          "not a gputune database: it has tables but no schema version");
+    }
+  }
   if (*version > TuneStore::kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "database schema version ", *version,
@@ -123,7 +150,39 @@ absl::Status Prepare(Connection& db, bool synchronous_full,
                      OpenReport* report) {
   if (auto s = Configure(db, synchronous_full); !s.ok()) return s;
   if (auto s = Migrate(db, report); !s.ok()) return s;
-  return CheckSchema(db);
+  if (auto s = CheckSchema(db); !s.ok()) return s;
+  if (auto s = db.Exec(kQuarantineTable); !s.ok()) return s;
+  absl::StatusOr<Statement> st = db.Prepare(
+      "SELECT key_id, reason, quarantined_at, summary, entry FROM quarantine "
+      "LIMIT 0");
+  if (!st.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "table quarantine is not gputune's: ", st.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// Creates the database file 0640 before SQLite does (SQLite would use
+// 0644 & ~umask, and gives -wal/-shm the main file's mode).
+absl::Status CreateFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno),
+                     " (is the directory writable by gputuned's user?)"));
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
+// Why a row's stored summary (what lookups serve) is unusable; empty when it
+// parses and names the row's key. Full entries are checked when read (Get,
+// List): parsing all of them at load took seconds at 100k entries.
+std::string CheckSummary(const std::string& key_id, const std::string& summary,
+                         v1::Entry* scratch) {
+  if (!scratch->ParseFromString(summary)) return "summary does not parse";
+  if (KeyId(scratch->key()) != key_id) return "summary names another key";
+  return "";
 }
 
 int PhaseOf(const v1::Entry& entry) {
@@ -152,13 +211,12 @@ int BindQuery(Statement& st, const EntryQuery& q) {
   return i;
 }
 
-absl::Status ParseEntry(const std::string& blob, const std::string& key_id,
-                        v1::Entry* entry) {
-  if (!entry->ParseFromString(blob)) {
-    return absl::DataLossError(
-        absl::StrCat("entry for ", key_id, " does not parse"));
-  }
-  return absl::OkStatus();
+// Why a stored entry is unusable; empty when it parses and names its key.
+std::string ParseEntry(const std::string& blob, const std::string& key_id,
+                       v1::Entry* entry) {
+  if (!entry->ParseFromString(blob)) return "entry does not parse";
+  if (KeyId(entry->key()) != key_id) return "entry names another key";
+  return "";
 }
 
 // DATA_LOSS when the file exists with content that is not an SQLite
@@ -183,6 +241,7 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
     const StoreOptions& options, OpenReport* report) {
   absl::Status health = CheckHeader(options.path);
   absl::StatusOr<Connection> db = Connection();
+  if (health.ok()) health = CreateFile(options.path);
   if (health.ok()) {
     db = Connection::Open(options.path);
     if (!db.ok()) return db.status();
@@ -194,13 +253,17 @@ absl::StatusOr<std::unique_ptr<TuneStore>> TuneStore::Open(
     if (!moved.ok()) return moved.status();
     report->quarantined_to = *moved;
     report->quarantine_reason = std::string(health.message());
+    if (auto s = CreateFile(options.path); !s.ok()) return s;
     db = Connection::Open(options.path);
     if (!db.ok()) return db.status();
     health = Prepare(*db, options.synchronous_full, report);
   }
   if (!health.ok()) return health;
-  return std::unique_ptr<TuneStore>(
-      new TuneStore(options.path, std::move(*db)));
+  std::unique_ptr<TuneStore> store(new TuneStore(options.path, std::move(*db)));
+  absl::MutexLock lock(&store->mu_);
+  if (auto s = store->LoadQuarantineInfo(); !s.ok()) return s;
+  if (auto s = store->StartClaimEpoch(); !s.ok()) return s;
+  return store;
 }
 
 absl::Status TuneStore::ForEachSummary(
@@ -211,27 +274,43 @@ absl::Status TuneStore::ForEachSummary(
   std::string after;
   while (true) {
     std::vector<std::array<std::string, 4>> rows;
+    std::vector<std::pair<std::string, std::string>> damaged;  // id, reason
+    size_t read = 0;
     {
       absl::MutexLock lock(&mu_);
-      absl::StatusOr<Statement> st = db_.Prepare(
-          "SELECT key_id, summary, candidate_set, fingerprint FROM entries "
-          "WHERE key_id > ?1 ORDER BY key_id LIMIT ?2");
-      if (!st.ok()) return st.status();
-      st->BindText(1, after);
-      st->BindInt(2, kPage);
-      while (true) {
-        absl::StatusOr<bool> row = st->Step();
-        if (!row.ok()) return row.status();
-        if (!*row) break;
-        rows.push_back({st->ColumnText(0), st->ColumnBlob(1), st->ColumnText(2),
-                        st->ColumnText(3)});
+      {
+        absl::StatusOr<Statement> st = db_.Prepare(
+            "SELECT key_id, summary, candidate_set, fingerprint FROM "
+            "entries WHERE key_id > ?1 ORDER BY key_id LIMIT ?2");
+        if (!st.ok()) return st.status();
+        st->BindText(1, after);
+        st->BindInt(2, kPage);
+        v1::Entry scratch;
+        while (true) {
+          absl::StatusOr<bool> row = st->Step();
+          if (!row.ok()) return row.status();
+          if (!*row) break;
+          ++read;
+          std::string key_id = st->ColumnText(0);
+          std::string summary = st->ColumnBlob(1);
+          after = key_id;
+          if (std::string why = CheckSummary(key_id, summary, &scratch);
+              !why.empty()) {
+            damaged.emplace_back(std::move(key_id), std::move(why));
+            continue;
+          }
+          rows.push_back({std::move(key_id), std::move(summary),
+                          st->ColumnText(2), st->ColumnText(3)});
+        }
+      }
+      for (const auto& [id, why] : damaged) {
+        if (auto s = QuarantineRowLocked(id, why); !s.ok()) return s;
       }
     }
-    if (!rows.empty()) after = rows.back()[0];
     for (auto& r : rows) {
       fn(std::move(r[0]), std::move(r[1]), std::move(r[2]), std::move(r[3]));
     }
-    if (static_cast<int>(rows.size()) < kPage) return absl::OkStatus();
+    if (static_cast<int>(read) < kPage) return absl::OkStatus();
   }
 }
 
@@ -276,43 +355,130 @@ absl::Status TuneStore::PutAll(const std::vector<v1::Entry>& entries) {
 }
 
 absl::StatusOr<std::optional<v1::Entry>> TuneStore::Get(
-    const std::string& key_id) {
+    const std::string& key_id, bool* quarantined) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> st =
-      db_.Prepare("SELECT entry FROM entries WHERE key_id = ?1");
-  if (!st.ok()) return st.status();
-  st->BindText(1, key_id);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return std::optional<v1::Entry>();
+  std::string why;
   v1::Entry entry;
-  if (auto s = ParseEntry(st->ColumnBlob(0), key_id, &entry); !s.ok()) return s;
+  {
+    absl::StatusOr<Statement> st =
+        db_.Prepare("SELECT entry FROM entries WHERE key_id = ?1");
+    if (!st.ok()) return st.status();
+    st->BindText(1, key_id);
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return std::optional<v1::Entry>();
+    why = ParseEntry(st->ColumnBlob(0), key_id, &entry);
+  }
+  if (!why.empty()) {
+    if (auto s = QuarantineRowLocked(key_id, why); !s.ok()) return s;
+    if (quarantined != nullptr) *quarantined = true;
+    return std::optional<v1::Entry>();
+  }
   return std::optional<v1::Entry>(std::move(entry));
 }
 
-absl::StatusOr<std::vector<v1::Entry>> TuneStore::List(const EntryQuery& query,
-                                                       const std::string& after,
-                                                       int limit) {
+absl::StatusOr<ListPage> TuneStore::List(const EntryQuery& query,
+                                         const std::string& after, int limit) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Statement> st = db_.Prepare(
-      absl::StrCat("SELECT key_id, entry FROM entries", WhereClause(query),
-                   " AND key_id > ? ORDER BY key_id LIMIT ?"));
-  if (!st.ok()) return st.status();
-  int i = BindQuery(*st, query);
-  st->BindText(++i, after);
-  st->BindInt(++i, limit);
-  std::vector<v1::Entry> out;
-  while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    v1::Entry& entry = out.emplace_back();
-    if (auto s = ParseEntry(st->ColumnBlob(1), st->ColumnText(0), &entry);
+  ListPage page;
+  std::vector<std::string> reasons;
+  {
+    absl::StatusOr<Statement> st = db_.Prepare(
+        absl::StrCat("SELECT key_id, entry FROM entries", WhereClause(query),
+                     " AND key_id > ? ORDER BY key_id LIMIT ?"));
+    if (!st.ok()) return st.status();
+    int i = BindQuery(*st, query);
+    st->BindText(++i, after);
+    st->BindInt(++i, limit);
+    while (true) {
+      absl::StatusOr<bool> row = st->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      ++page.rows;
+      page.last_key_id = st->ColumnText(0);
+      v1::Entry entry;
+      if (std::string why =
+              ParseEntry(st->ColumnBlob(1), page.last_key_id, &entry);
+          !why.empty()) {
+        page.quarantined.push_back(page.last_key_id);
+        reasons.push_back(std::move(why));
+        continue;
+      }
+      page.entries.push_back(std::move(entry));
+    }
+  }
+  for (size_t i = 0; i < page.quarantined.size(); ++i) {
+    if (auto s = QuarantineRowLocked(page.quarantined[i], reasons[i]);
         !s.ok()) {
       return s;
     }
   }
-  return out;
+  return page;
+}
+
+absl::Status TuneStore::QuarantineRowLocked(const std::string& key_id,
+                                            const std::string& reason) {
+  if (auto s = db_.Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  absl::Status s;
+  {
+    absl::StatusOr<Statement> copy = db_.Prepare(
+        "INSERT INTO quarantine (key_id, reason, quarantined_at, summary, "
+        "entry) SELECT key_id, ?2, ?3, summary, entry FROM entries WHERE "
+        "key_id = ?1");
+    absl::StatusOr<Statement> remove =
+        db_.Prepare("DELETE FROM entries WHERE key_id = ?1");
+    if (!copy.ok()) {
+      s = copy.status();
+    } else if (!remove.ok()) {
+      s = remove.status();
+    } else {
+      copy->BindText(1, key_id);
+      copy->BindText(2, reason);
+      copy->BindInt(3, absl::ToUnixMillis(absl::Now()));
+      remove->BindText(1, key_id);
+      s = copy->Run();
+      if (s.ok()) s = remove->Run();
+    }
+  }
+  if (s.ok()) s = db_.Exec("COMMIT");
+  if (!s.ok()) {
+    (void)db_.Exec("ROLLBACK");
+    return absl::Status(
+        s.code(), absl::StrCat("quarantining the damaged entry ", key_id, ": ",
+                               s.message()));
+  }
+  absl::MutexLock lock(&quarantine_mu_);
+  ++quarantine_.count;
+  quarantine_.recent_key_ids.push_back(key_id);
+  if (quarantine_.recent_key_ids.size() > QuarantineInfo::kShown) {
+    quarantine_.recent_key_ids.erase(quarantine_.recent_key_ids.begin());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TuneStore::LoadQuarantineInfo() {
+  absl::StatusOr<int64_t> count =
+      db_.QueryInt("SELECT COUNT(*) FROM quarantine");
+  if (!count.ok()) return count.status();
+  absl::StatusOr<Statement> st = db_.Prepare(
+      "SELECT key_id FROM (SELECT rowid, key_id FROM quarantine ORDER BY rowid "
+      "DESC LIMIT ?1) ORDER BY rowid");
+  if (!st.ok()) return st.status();
+  st->BindInt(1, QuarantineInfo::kShown);
+  absl::MutexLock lock(&quarantine_mu_);
+  quarantine_.count = static_cast<uint64_t>(*count);
+  while (true) {
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    quarantine_.recent_key_ids.push_back(st->ColumnText(0));
+  }
+  return absl::OkStatus();
+}
+
+QuarantineInfo TuneStore::quarantined() const {
+  absl::MutexLock lock(&quarantine_mu_);
+  return quarantine_;
 }
 
 absl::StatusOr<std::vector<std::string>> TuneStore::Delete(
@@ -360,49 +526,109 @@ absl::StatusOr<int64_t> TuneStore::Count() {
   return db_.QueryInt("SELECT COUNT(*) FROM entries");
 }
 
-absl::StatusOr<uint64_t> TuneStore::ReserveClaimIds(uint64_t count) {
-  absl::MutexLock lock(&mu_);
-  if (auto s = db_.Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
-  absl::StatusOr<int64_t> next = db_.QueryInt(
-      "SELECT COALESCE((SELECT value FROM meta WHERE name = 'next_claim_id'), "
-      "1)");
-  if (!next.ok()) {
-    (void)db_.Exec("ROLLBACK");
-    return next.status();
-  }
+absl::Status TuneStore::StartClaimEpoch() { return NewClaimEpochLocked(); }
+
+absl::Status TuneStore::NewClaimEpochLocked() {
+  absl::StatusOr<int64_t> stored = db_.QueryInt(
+      "SELECT COALESCE((SELECT value FROM meta WHERE name = 'claim_epoch'), "
+      "0)");
+  if (!stored.ok()) return stored.status();
+  const uint64_t epoch = std::max<uint64_t>(
+      {static_cast<uint64_t>(*stored) + 1,
+       static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())),
+       claim_epoch_ + 1});
   absl::StatusOr<Statement> st = db_.Prepare(
-      "INSERT OR REPLACE INTO meta (name, value) VALUES ('next_claim_id', ?1)");
-  if (!st.ok()) {
-    (void)db_.Exec("ROLLBACK");
-    return st.status();
-  }
-  st->BindInt(1, *next + static_cast<int64_t>(count));
+      "INSERT OR REPLACE INTO meta (name, value) VALUES ('claim_epoch', ?1)");
+  if (!st.ok()) return st.status();
+  st->BindInt(1, static_cast<int64_t>(epoch));
   if (auto s = st->Run(); !s.ok()) {
-    (void)db_.Exec("ROLLBACK");
-    return s;
+    return absl::Status(s.code(), absl::StrCat("cannot store the claim-id "
+                                               "epoch: ",
+                                               s.message()));
   }
-  if (auto s = db_.Exec("COMMIT"); !s.ok()) {
-    (void)db_.Exec("ROLLBACK");
-    return s;
+  claim_epoch_ = epoch;
+  // Sequence 0 is never handed out: claim id 0 means "none" on the wire.
+  next_claim_sequence_ = 1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> TuneStore::ReserveClaimIds(uint64_t count) {
+  constexpr uint64_t kSequences = uint64_t{1} << kClaimSequenceBits;
+  if (count == 0 || count >= kSequences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reserve ", count, " claim ids at once"));
   }
-  return static_cast<uint64_t>(*next);
+  absl::MutexLock lock(&mu_);
+  if (next_claim_sequence_ + count > kSequences) {
+    if (auto s = NewClaimEpochLocked(); !s.ok()) return s;
+  }
+  const uint64_t first =
+      (claim_epoch_ << kClaimSequenceBits) | next_claim_sequence_;
+  next_claim_sequence_ += count;
+  return first;
 }
 
 absl::StatusOr<uint64_t> TuneStore::Backup(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(path, " exists: choose a new file name for the backup"));
+  // Created here, new, not through a symlink (O_EXCL refuses any existing
+  // name, dangling links included): VACUUM INTO accepts an empty file.
+  const int fd = open(
+      path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " exists: choose a new file name for the backup"));
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
   }
+  close(fd);
+  auto fail = [&](const absl::Status& s) {
+    unlink(path.c_str());
+    return absl::Status(
+        s.code(), absl::StrCat("backup to ", path,
+                               " failed (nothing was kept): ", s.message()));
+  };
+  int64_t expected = 0;
   {
     absl::MutexLock lock(&mu_);
+    absl::StatusOr<int64_t> count =
+        db_.QueryInt("SELECT COUNT(*) FROM entries");
+    if (!count.ok()) return fail(count.status());
+    expected = *count;
     absl::StatusOr<Statement> st = db_.Prepare("VACUUM INTO ?1");
-    if (!st.ok()) return st.status();
+    if (!st.ok()) return fail(st.status());
     st->BindText(1, path);
-    if (auto s = st->Run(); !s.ok()) return s;
+    if (auto s = st->Run(); !s.ok()) return fail(s);
   }
+  // Verified as a reader would use it.
+  {
+    absl::StatusOr<Connection> copy = Connection::Open(path);
+    if (!copy.ok()) return fail(copy.status());
+    absl::StatusOr<Statement> check = copy->Prepare("PRAGMA quick_check");
+    if (!check.ok()) return fail(check.status());
+    absl::StatusOr<bool> row = check->Step();
+    if (!row.ok()) return fail(row.status());
+    if (!*row || check->ColumnText(0) != "ok") {
+      return fail(absl::DataLossError("the copy does not pass quick_check"));
+    }
+    absl::StatusOr<int64_t> count =
+        copy->QueryInt("SELECT COUNT(*) FROM entries");
+    if (!count.ok()) return fail(count.status());
+    if (*count != expected) {
+      return fail(absl::DataLossError(absl::StrCat(
+          "the copy holds ", *count, " entries, the database ", expected)));
+    }
+  }
+  const int sync_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (sync_fd < 0 || fsync(sync_fd) != 0) {
+    if (sync_fd >= 0) close(sync_fd);
+    return fail(
+        absl::InternalError(absl::StrCat("fsync: ", std::strerror(errno))));
+  }
+  close(sync_fd);
+  std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat(path, ": ", ec.message()));
+  if (ec) return fail(absl::InternalError(ec.message()));
   return static_cast<uint64_t>(size);
 }
 

@@ -44,6 +44,18 @@ int RunStatus(Context& ctx) {
                                           s->database_quarantined_to(),
                                           ": inspect or delete it")});
   }
+  if (s->quarantined_entries() > 0) {
+    std::string keys;
+    for (const std::string& id : s->quarantined_key_ids()) {
+      absl::StrAppend(&keys, keys.empty() ? "" : ", ", id);
+    }
+    t.AddRow({"DAMAGED",
+              absl::StrCat(s->quarantined_entries(),
+                           " entries had damaged bytes and were moved to the "
+                           "database's quarantine table (MISS now, "
+                           "re-tunable)",
+                           keys.empty() ? "" : absl::StrCat(": ", keys))});
+  }
   t.AddRow({"queue", absl::StrCat(s->queue_depth(), " of ", s->queue_capacity(),
                                   " waiting; ", s->jobs_completed(), " done, ",
                                   s->jobs_failed(), " failed since start")});

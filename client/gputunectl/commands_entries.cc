@@ -1,4 +1,7 @@
 // list, get, delete, export, import.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -181,29 +184,69 @@ int RunExport(Context& ctx) {
   }
   std::ostream& out = to_stdout ? ctx.out : file;
   size_t count = 0;
+  size_t damaged = 0;
+  absl::Status write_error;
   absl::StatusOr<std::string> next =
       ForEachPage(ctx, /*all=*/true, /*with_measurements=*/true,
                   /*page_size=*/1000, [&](v1::ListEntriesResponse& page) {
+                    damaged += page.skipped_damaged();
                     for (const v1::Entry& e : page.entries()) {
-                      out << ToJson(e, /*pretty=*/false) << "\n";
+                      if (!write_error.ok()) return;
+                      absl::StatusOr<std::string> line = EntryLine(e);
+                      if (!line.ok()) {
+                        write_error = line.status();
+                        return;
+                      }
+                      out << *line << "\n";
                       ++count;
                     }
                   });
+  if (next.ok() && !write_error.ok()) next = write_error;
+  out.flush();
   if (!to_stdout) file.close();
-  if (!next.ok() || (!to_stdout && !file)) {
+  auto fail = [&](const absl::Status& s) {
     if (!to_stdout) std::remove(tmp.c_str());
-    if (!next.ok()) return Fail(ctx, "export", next.status());
-    return Fail(ctx, "export",
-                absl::DataLossError(absl::StrCat("writing ", tmp, " failed")));
+    return Fail(ctx, "export", s);
+  };
+  if (!next.ok()) return fail(next.status());
+  if (!out || (!to_stdout && !file)) {
+    return fail(absl::DataLossError(
+        absl::StrCat("writing ", to_stdout ? std::string("stdout") : tmp,
+                     " failed (disk full?): nothing was exported")));
+  }
+  if (!to_stdout) {
+    // Complete and readable, or not at all: read the file back as import
+    // would, then make it durable before it takes the name.
+    std::ifstream back(tmp);
+    absl::StatusOr<std::vector<v1::Entry>> read = ReadEntryLines(back, tmp);
+    if (!read.ok()) {
+      return fail(absl::DataLossError(absl::StrCat(
+          "the written file does not read back: ", read.status().message())));
+    }
+    if (read->size() != count) {
+      return fail(absl::DataLossError(absl::StrCat("the written file holds ",
+                                                   read->size(), " entries, ",
+                                                   count, " were written")));
+    }
+    const int fd = open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    const bool synced = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    if (!synced) {
+      return fail(
+          absl::DataLossError(absl::StrCat("cannot sync ", tmp, " to disk")));
+    }
   }
   if (!to_stdout && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Fail(ctx, "export",
-                absl::PermissionDeniedError(
-                    absl::StrCat("cannot rename ", tmp, " to ", path)));
+    return fail(absl::PermissionDeniedError(
+        absl::StrCat("cannot rename ", tmp, " to ", path)));
   }
   ctx.err << "exported " << count << (count == 1 ? " entry" : " entries")
           << (to_stdout ? "" : " to " + path) << "\n";
+  if (damaged > 0) {
+    ctx.err << "gputunectl: export: skipped " << damaged
+            << " damaged entries: the daemon moved them to quarantine "
+               "(gputunectl status shows them; they can be tuned again)\n";
+  }
   return kExitOk;
 }
 

@@ -27,6 +27,19 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   return out;
 }
 
+absl::StatusOr<std::string> EntryLine(const v1::Entry& entry) {
+  google::protobuf::util::JsonPrintOptions options;
+  std::string out;
+  if (auto s =
+          google::protobuf::util::MessageToJsonString(entry, &out, options);
+      !s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("cannot write the entry for ", KeyId(entry.key()),
+                     " as JSON: ", std::string(s.message())));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<v1::Entry>> ReadEntryLines(std::istream& in,
                                                       absl::string_view name) {
   std::vector<v1::Entry> entries;

@@ -21,6 +21,10 @@ namespace gputune::ctl {
 // Protobuf JSON (enums by name, Duration/Timestamp as strings, lowerCamelCase
 // names), with every field printed, zero or not; one line unless `pretty`.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
+// One line of an export file: `entry` as compact JSON. Fails (naming the
+// key) when protobuf cannot print it, e.g. a Timestamp out of range: an
+// export must never write a partial line.
+absl::StatusOr<std::string> EntryLine(const v1::Entry& entry);
 
 // Reads an export: one Entry per line, blank lines skipped. Every line is
 // parsed and validated before anything is returned; the first bad one gives

@@ -121,6 +121,27 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "the watchdog stops pinging while the daemon does not answer on its "
+    "socket") {
+  TempDir dir;
+  NotifySocket notify(dir.path());
+  Service daemon = NotifyingDaemon(
+      dir, notify, {"--backend=none", "--watchdog_interval=200ms"});
+  REQUIRE(notify.ReceiveUntil("READY=1", seconds(20)));
+  REQUIRE(notify.ReceiveUntil("WATCHDOG=1", seconds(2)));
+  // The process and its threads are fine, but no client can reach it: what
+  // a listener that stopped accepting looks like from outside.
+  REQUIRE(std::filesystem::remove(dir.path() + "/gpu.sock"));
+  // A ping already on its way may arrive; none after that.
+  (void)notify.ReceiveUntil("WATCHDOG=1", milliseconds(300));
+  const std::optional<Notification> late =
+      notify.ReceiveUntil("WATCHDOG=1", milliseconds(1500));
+  INFO(daemon.Log());
+  CHECK_FALSE(late);
+  CHECK(daemon.WaitForLog("watchdog: gputuned is unhealthy", seconds(5)));
+}
+
+TEST_CASE(
     "without --watchdog_interval the daemon pings at half of $WATCHDOG_USEC") {
   TempDir dir;
   NotifySocket notify(dir.path());

@@ -70,6 +70,16 @@ TEST_CASE("systemd-analyze verify accepts gputuned@.service as installed") {
 }
 
 TEST_CASE(
+    "the unit gives gputuned room for many client connections "
+    "(LimitNOFILE)") {
+  InstalledTree tree;
+  const std::string unit = ReadFile(tree.unit());
+  std::smatch limit;
+  REQUIRE(std::regex_search(unit, limit, std::regex("\nLimitNOFILE=(\\d+)\n")));
+  CHECK(std::stoi(limit[1]) >= 65536);
+}
+
+TEST_CASE(
     "the installed unit runs the installed gputuned with a config it accepts") {
   InstalledTree tree;
   const std::string unit = ReadFile(tree.unit());

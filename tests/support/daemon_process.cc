@@ -19,8 +19,11 @@
 namespace gputune::testing {
 
 DaemonProcess::DaemonProcess(std::vector<std::string> flags,
-                             std::map<std::string, std::string> env)
-    : flags_(std::move(flags)), env_(std::move(env)) {
+                             std::map<std::string, std::string> env,
+                             std::function<void()> child_setup)
+    : flags_(std::move(flags)),
+      env_(std::move(env)),
+      child_setup_(std::move(child_setup)) {
   char tmpl[] = "/tmp/gputune-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -44,7 +47,8 @@ std::string DaemonProcess::Log() const {
 
 pid_t SpawnGputuned(const std::vector<std::string>& args,
                     const std::map<std::string, std::string>& env,
-                    const std::string& log_path) {
+                    const std::string& log_path,
+                    const std::function<void()>& child_setup) {
   std::vector<std::string> argv_storage = {GPUTUNED_PATH};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   const pid_t pid = fork();
@@ -54,6 +58,7 @@ pid_t SpawnGputuned(const std::vector<std::string>& args,
     freopen(log_path.c_str(), "a", stdout);
     for (const auto& [name, value] : env)
       setenv(name.c_str(), value.c_str(), 1);
+    if (child_setup) child_setup();
     std::vector<char*> argv;
     for (auto& a : argv_storage) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -67,7 +72,7 @@ void DaemonProcess::Start() {
   std::vector<std::string> args = {"--listen=" + endpoint(),
                                    "--db=" + db_path_};
   args.insert(args.end(), flags_.begin(), flags_.end());
-  const pid_t pid = SpawnGputuned(args, env_, log_path());
+  const pid_t pid = SpawnGputuned(args, env_, log_path(), child_setup_);
   pid_ = pid;
   // Serving means: GetStatus answers.
   const auto give_up =
@@ -91,6 +96,36 @@ void DaemonProcess::Start() {
   }
   Kill();
   throw std::runtime_error("gputuned did not serve within 20 s:\n" + Log());
+}
+
+int RunProgram(const std::string& path, const std::vector<std::string>& args,
+               std::string* output, const std::function<void()>& child_setup) {
+  char tmpl[] = "/tmp/gputune-run-XXXXXX";
+  const int out_fd = mkstemp(tmpl);
+  if (out_fd < 0) throw std::runtime_error("mkstemp failed");
+  std::vector<std::string> argv_storage = {path};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(out_fd, STDERR_FILENO);
+    if (child_setup) child_setup();
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out_fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(tmpl);
+  std::stringstream text;
+  text << in.rdbuf();
+  *output = text.str();
+  unlink(tmpl);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int SignalAndReap(pid_t pid, int signal) {

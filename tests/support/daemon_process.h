@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,8 +30,11 @@ class DaemonProcess {
   // Starts gputuned with `--listen`, `--db` pointing into a fresh directory
   // plus `flags`; `env` is added to its environment. Throws std::runtime_error
   // (with the daemon's log) when it does not serve within 20 s.
+  // `child_setup` runs in the child between fork and exec (e.g. setrlimit,
+  // umask): async-signal-safe calls only.
   explicit DaemonProcess(std::vector<std::string> flags = {},
-                         std::map<std::string, std::string> env = {});
+                         std::map<std::string, std::string> env = {},
+                         std::function<void()> child_setup = {});
   ~DaemonProcess();
 
   void Start();
@@ -61,6 +65,7 @@ class DaemonProcess {
   std::string db_path_;
   std::vector<std::string> flags_;
   std::map<std::string, std::string> env_;
+  std::function<void()> child_setup_;
   pid_t pid_ = -1;
 };
 
@@ -72,7 +77,15 @@ class DaemonProcess {
 // call it directly.
 pid_t SpawnGputuned(const std::vector<std::string>& args,
                     const std::map<std::string, std::string>& env,
-                    const std::string& log_path);
+                    const std::string& log_path,
+                    const std::function<void()>& child_setup = {});
+
+// Runs `path` with `args` to completion, `child_setup` between fork and exec
+// (async-signal-safe calls only); returns the exit code (128 + signal when
+// killed) and sets *output to its stdout and stderr together.
+int RunProgram(const std::string& path, const std::vector<std::string>& args,
+               std::string* output,
+               const std::function<void()>& child_setup = {});
 
 // Sends `signal` to `pid` and waits for it to exit; returns the waitpid
 // status, or -1 (doing nothing) when pid <= 0.

@@ -76,3 +76,25 @@ TEST_CASE("--help lists every setting with its default") {
 }
 
 }  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE("the hardening settings parse, and TLS files go together") {
+  auto c = Parse({"--admin_group=wheel", "--allow_insecure_tcp",
+                  "--max_connection_idle=30s", "--tls_cert_file=/c.pem",
+                  "--tls_key_file=/k.pem"});
+  REQUIRE(c.ok());
+  CHECK(c->admin_group == "wheel");
+  CHECK(c->allow_insecure_tcp);
+  CHECK(c->max_connection_idle == absl::Seconds(30));
+  CHECK(c->tls_cert_file == "/c.pem");
+  const Config defaults;
+  CHECK_FALSE(defaults.allow_insecure_tcp);
+  CHECK(defaults.max_connection_idle == absl::Minutes(10));
+  auto half = Parse({"--tls_cert_file=/c.pem"});
+  REQUIRE_FALSE(half.ok());
+  CHECK(std::string(half.status().message()).find("--tls_key_file") !=
+        std::string::npos);
+}
+
+}  // namespace gputune

@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -100,16 +101,18 @@ TEST_CASE("List pages in key order and filters by op, role and fingerprint") {
   EntryQuery all;
   auto page1 = store->List(all, "", 2);
   REQUIRE(page1.ok());
-  REQUIRE(page1->size() == 2);
-  auto page2 = store->List(all, KeyId(page1->back().key()), 10);
-  CHECK(page2->size() == 3);
+  REQUIRE(page1->entries.size() == 2);
+  CHECK(page1->rows == 2);
+  CHECK(page1->last_key_id == KeyId(page1->entries.back().key()));
+  auto page2 = store->List(all, page1->last_key_id, 10);
+  CHECK(page2->entries.size() == 3);
   EntryQuery other_role;
   other_role.role = "nope";
-  CHECK(store->List(other_role, "", 10)->empty());
+  CHECK(store->List(other_role, "", 10)->entries.empty());
   EntryQuery stale;
   stale.fingerprint = "not-the-digest";
   stale.fingerprint_match = false;
-  CHECK(store->List(stale, "", 10)->size() == 5);
+  CHECK(store->List(stale, "", 10)->entries.size() == 5);
 }
 
 TEST_CASE("Delete and DeleteMatching return what they removed") {
@@ -144,6 +147,97 @@ TEST_CASE("claim id reservations never overlap, also after reopening") {
   c = *store->ReserveClaimIds(100);
   CHECK(b >= a + 100);
   CHECK(c >= b + 100);
+}
+
+TEST_CASE("claim ids increase across a reopen that lost the WAL") {
+  TempDir dir;
+  uint64_t before = 0;
+  {
+    auto store = OpenOrDie(dir.db());
+    before = *store->ReserveClaimIds(1024);
+    fs::remove(dir.db() + "-wal");  // as if the tail never reached the disk
+    fs::remove(dir.db() + "-shm");
+  }
+  auto store = OpenOrDie(dir.db());
+  CHECK(*store->ReserveClaimIds(1024) > before);
+}
+
+TEST_CASE("a process that runs out of sequence numbers takes a new epoch") {
+  TempDir dir;
+  auto store = OpenOrDie(dir.db());
+  constexpr uint64_t kBlock = uint64_t{1} << (TuneStore::kClaimSequenceBits - 1);
+  const uint64_t a = *store->ReserveClaimIds(kBlock);
+  const uint64_t b = *store->ReserveClaimIds(kBlock);  // does not fit: new
+  CHECK(b >= a + kBlock);
+  CHECK((a >> TuneStore::kClaimSequenceBits) <
+        (b >> TuneStore::kClaimSequenceBits));
+  CHECK(store->ReserveClaimIds(0).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a damaged row is moved to quarantine by Get, List and the load") {
+  TempDir dir;
+  auto store = OpenOrDie(dir.db());
+  for (uint32_t m = 1; m <= 4; ++m) REQUIRE(store->Put(MakeEntry(m)).ok());
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(dir.db().c_str(), &db) == SQLITE_OK);
+  const std::string sql =
+      "UPDATE entries SET entry = X'0aff' WHERE key_id IN ('" + Id(2) +
+      "', '" + Id(3) + "'); UPDATE entries SET summary = X'0aff' WHERE "
+      "key_id = '" + Id(4) + "'";
+  REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+
+  bool quarantined = false;
+  CHECK_FALSE(store->Get(Id(2), &quarantined)->has_value());
+  CHECK(quarantined);
+  absl::StatusOr<ListPage> page = store->List(EntryQuery(), "", 10);
+  REQUIRE(page.ok());
+  CHECK(page->entries.size() == 2);  // 1, and 4 (its entry is intact)
+  CHECK(page->rows == 3);
+  CHECK(page->quarantined == std::vector<std::string>{Id(3)});
+  std::vector<std::string> loaded;
+  REQUIRE(store
+              ->ForEachSummary([&](std::string id, std::string, std::string,
+                                   std::string) { loaded.push_back(id); })
+              .ok());
+  CHECK(loaded == std::vector<std::string>{Id(1)});
+  const QuarantineInfo info = store->quarantined();
+  CHECK(info.count == 3);
+  CHECK(info.recent_key_ids ==
+        std::vector<std::string>{Id(2), Id(3), Id(4)});
+  CHECK(*store->Count() == 1);
+  // Kept across a reopen; the key can be stored again.
+  store.reset();
+  store = OpenOrDie(dir.db());
+  CHECK(store->quarantined().count == 3);
+  REQUIRE(store->Put(MakeEntry(2)).ok());
+  CHECK(store->Get(Id(2))->has_value());
+}
+
+TEST_CASE("a database with tables but no schema version is quarantined") {
+  TempDir dir;
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(dir.db().c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE entries (x INTEGER)", nullptr,
+                       nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  OpenReport report;
+  auto store = OpenOrDie(dir.db(), &report);
+  CHECK_FALSE(report.quarantined_to.empty());
+  CHECK(report.quarantine_reason.find("not a gputune database") !=
+        std::string::npos);
+  REQUIRE(store->Put(MakeEntry(1)).ok());
+}
+
+TEST_CASE("the database file is created 0640 whatever the umask") {
+  TempDir dir;
+  const mode_t old = umask(0);
+  OpenOrDie(dir.db());
+  umask(old);
+  CHECK((fs::status(dir.db()).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write |
+         fs::perms::group_read));
 }
 
 TEST_CASE("a file that is not a database is quarantined with -wal and -shm") {

@@ -1,0 +1,726 @@
+// gputuned against hostile and unlucky clients, from other processes: a
+// connection flood, a second daemon on the same database, damaged rows,
+// malformed and out-of-range requests, users without authority.
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DenseKey;
+using testing::RunProgram;
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 10) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
+// A channel of its own (not sharing a connection with other channels).
+std::shared_ptr<grpc::Channel> FreshChannel(const DaemonProcess& d) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(d.endpoint(),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+grpc::Status GetStatus(v1::TuneService::Stub& stub, v1::GetStatusResponse* resp,
+                       int seconds = 10) {
+  return stub.GetStatus(Ctx(seconds).get(), v1::GetStatusRequest(), resp);
+}
+
+v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
+  v1::GetStatusResponse resp;
+  const grpc::Status s = GetStatus(stub, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return resp;
+}
+
+uint64_t ClaimId(v1::TuneService::Stub& stub, const v1::Key& key) {
+  v1::ClaimRequest req;
+  *req.mutable_key() = key;
+  req.set_holder("hardening test");
+  v1::ClaimResponse resp;
+  const grpc::Status s = stub.Claim(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  REQUIRE(resp.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  return resp.claim().claim_id();
+}
+
+void RecordKey(v1::TuneService::Stub& stub, const v1::Key& key,
+               const std::string& kernel) {
+  v1::RecordRequest req;
+  req.set_claim_id(ClaimId(stub, key));
+  req.mutable_execution()->set_kernel(kernel);
+  v1::RecordResponse resp;
+  const grpc::Status s = stub.Record(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+}
+
+v1::KeyState LookupState(v1::TuneService::Stub& stub, const v1::Key& key) {
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse resp;
+  REQUIRE(stub.Lookup(Ctx().get(), req, &resp).ok());
+  return resp.status().state();
+}
+
+// A unary call with raw request bytes, to any method.
+grpc::Status CallRaw(const DaemonProcess& d, const std::string& method,
+                     const std::string& request) {
+  grpc::GenericStub stub(d.Channel());
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  auto ctx = Ctx();
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(ctx.get(), method, grpc::StubOptions(), &in, &out,
+                 [&](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+// Runs sql on the database file (the daemon may be running: WAL allows it).
+void Sql(const std::string& db, const std::string& sql) {
+  sqlite3* handle = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &handle) == SQLITE_OK);
+  sqlite3_busy_timeout(handle, 5000);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(handle, sql.c_str(), nullptr, nullptr, &error);
+  INFO((error ? error : ""));
+  sqlite3_free(error);
+  sqlite3_close(handle);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+// Opens a unix connection to path and returns its descriptor (-1 on
+// failure).
+int ConnectUnix(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void LimitFiles1024() {
+  rlimit limit{1024, 1024};
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a flood of connections past the descriptor limit never wedges the "
+    "daemon, and established clients keep working through it") {
+  // What systemd gives a service by default, hard limit included: raising
+  // the soft limit does not help here, the accept loop must.
+  DaemonProcess d({"--backend=none"}, {}, LimitFiles1024);
+  auto established = v1::TuneService::NewStub(FreshChannel(d));
+  Status(*established);
+
+  std::vector<int> flood;
+  for (int i = 0; i < 1100; ++i) {
+    const int fd = ConnectUnix(d.socket_path());
+    if (fd >= 0) flood.push_back(fd);
+  }
+  CHECK(flood.size() >= 1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // During the flood: the connection made before it still works.
+  v1::GetStatusResponse during;
+  const grpc::Status s = GetStatus(*established, &during, 5);
+  INFO(s.error_message());
+  CHECK(s.ok());
+  for (int fd : flood) close(fd);
+
+  // Once it is over: new connections are served again.
+  bool served = false;
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!served && std::chrono::steady_clock::now() < give_up) {
+    auto fresh = v1::TuneService::NewStub(FreshChannel(d));
+    v1::GetStatusResponse after;
+    served = GetStatus(*fresh, &after, 2).ok();
+  }
+  INFO(d.Log());
+  CHECK(served);
+  CHECK(d.Log().find("Failed accept4") == std::string::npos);
+}
+
+TEST_CASE(
+    "a second daemon on the same database or socket refuses to start, "
+    "naming the first one's pid, and leaves it serving") {
+  DaemonProcess first({"--backend=none"});
+  const std::string log = first.dir() + "/second.log";
+  SECTION("same database, another socket") {
+    const pid_t second = testing::SpawnGputuned(
+        {"--listen=unix://" + first.dir() + "/other.sock",
+         "--db=" + first.db_path(), "--backend=none"},
+        {}, log);
+    int status = 0;
+    REQUIRE(waitpid(second, &status, 0) == second);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK_FALSE(std::filesystem::exists(first.dir() + "/other.sock"));
+  }
+  SECTION("same socket, another database") {
+    const pid_t second = testing::SpawnGputuned(
+        {"--listen=" + first.endpoint(), "--db=" + first.dir() + "/other.db",
+         "--backend=none"},
+        {}, log);
+    int status = 0;
+    REQUIRE(waitpid(second, &status, 0) == second);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+  }
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(text.find("pid " + std::to_string(first.pid())) != std::string::npos);
+  // The first one's socket is still there and answers.
+  REQUIRE(std::filesystem::exists(first.socket_path()));
+  Status(*v1::TuneService::NewStub(FreshChannel(first)));
+}
+
+TEST_CASE("the locks of a daemon killed with kill -9 do not stop the next") {
+  DaemonProcess d({"--backend=none"});
+  d.Kill();
+  d.Start();  // throws when it does not serve
+  Status(*d.Stub());
+}
+
+TEST_CASE(
+    "the database, its lock and the socket are not world-readable, whatever "
+    "the umask") {
+  DaemonProcess d({"--backend=none"}, {}, [] { umask(0); });
+  RecordKey(*d.Stub(), DenseKey(1), "k");
+  for (const std::string& path :
+       {d.db_path(), d.db_path() + "-wal", d.db_path() + ".lock"}) {
+    struct stat st {};
+    REQUIRE(stat(path.c_str(), &st) == 0);
+    INFO(path << " mode " << std::oct << (st.st_mode & 0777));
+    CHECK((st.st_mode & 0007) == 0);
+  }
+  struct stat st {};
+  REQUIRE(stat(d.socket_path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+}
+
+TEST_CASE(
+    "claim ids keep increasing across a restart that lost the database's "
+    "WAL") {
+  DaemonProcess d({"--backend=none"});
+  const uint64_t before = ClaimId(*d.Stub(), DenseKey(1));
+  d.Kill();
+  std::filesystem::remove(d.db_path() + "-wal");
+  std::filesystem::remove(d.db_path() + "-shm");
+  d.Start();
+  const uint64_t after = ClaimId(*d.Stub(), DenseKey(2));
+  CHECK(after > before);
+}
+
+TEST_CASE(
+    "a damaged row is quarantined at load, is a MISS, can be tuned again, "
+    "and the others are served") {
+  DaemonProcess d({"--backend=none"});
+  for (uint32_t m : {1, 2, 3}) RecordKey(*d.Stub(), DenseKey(m), "k");
+  REQUIRE(d.Terminate() == 0);
+  // What lookups serve (the summary) damaged: found while the index loads.
+  Sql(d.db_path(), "UPDATE entries SET summary = X'0aff' WHERE key_id = '" +
+                       KeyId(DenseKey(2)) + "'");
+  d.Start();
+  auto stub = d.Stub();
+  const v1::GetStatusResponse status = Status(*stub);
+  CHECK(status.entries() == 2);
+  CHECK(status.quarantined_entries() == 1);
+  REQUIRE(status.quarantined_key_ids_size() == 1);
+  CHECK(status.quarantined_key_ids(0) == KeyId(DenseKey(2)));
+  CHECK(LookupState(*stub, DenseKey(1)) == v1::KEY_STATE_HIT);
+  CHECK(LookupState(*stub, DenseKey(2)) == v1::KEY_STATE_MISS);
+  CHECK(LookupState(*stub, DenseKey(3)) == v1::KEY_STATE_HIT);
+  v1::ListEntriesResponse list;
+  REQUIRE(stub->ListEntries(Ctx().get(), v1::ListEntriesRequest(), &list).ok());
+  CHECK(list.entries_size() == 2);
+  // Kept for inspection.
+  Sql(d.db_path(),
+      "SELECT 1 FROM quarantine WHERE key_id = '" + KeyId(DenseKey(2)) + "'");
+  RecordKey(*stub, DenseKey(2), "again");
+  CHECK(LookupState(*stub, DenseKey(2)) == v1::KEY_STATE_HIT);
+
+  std::string out;
+  CHECK(RunProgram(GPUTUNECTL_PATH, {"--endpoint=" + d.endpoint(), "status"},
+                   &out) == 0);
+  CHECK(out.find("DAMAGED") != std::string::npos);
+}
+
+TEST_CASE(
+    "a row damaged while the daemon runs is skipped by ListEntries, which "
+    "says so, and by export") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  for (uint32_t m : {1, 2, 3}) RecordKey(*stub, DenseKey(m), "k");
+  Sql(d.db_path(), "UPDATE entries SET entry = X'0aff' WHERE key_id = '" +
+                       KeyId(DenseKey(3)) + "'");
+  const std::string file = d.dir() + "/export.jsonl";
+  std::string out;
+  CHECK(RunProgram(GPUTUNECTL_PATH,
+                   {"--endpoint=" + d.endpoint(), "export", file}, &out) == 0);
+  INFO(out);
+  CHECK(out.find("exported 2 entries") != std::string::npos);
+  CHECK(out.find("skipped 1 damaged") != std::string::npos);
+  CHECK(LookupState(*stub, DenseKey(3)) == v1::KEY_STATE_MISS);
+  CHECK(Status(*stub).quarantined_entries() == 1);
+  v1::ListEntriesResponse list;
+  REQUIRE(stub->ListEntries(Ctx().get(), v1::ListEntriesRequest(), &list).ok());
+  CHECK(list.entries_size() == 2);
+}
+
+TEST_CASE(
+    "a database whose entries table is foreign is quarantined, not fatal") {
+  DaemonProcess d({"--backend=none"});
+  d.Kill();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::filesystem::remove(d.db_path() + suffix);
+  }
+  Sql(d.db_path(),
+      "CREATE TABLE entries (x INTEGER); INSERT INTO entries "
+      "VALUES (1);");
+  d.Start();
+  const v1::GetStatusResponse status = Status(*d.Stub());
+  CHECK_FALSE(status.database_quarantined_to().empty());
+  RecordKey(*d.Stub(), DenseKey(1), "k");
+}
+
+TEST_CASE(
+    "export fails loudly, leaving no file, when it cannot write everything") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  v1::ImportEntriesRequest import;
+  for (uint32_t m = 1; m <= 50; ++m) {
+    v1::Entry* e = import.add_entries();
+    *e->mutable_key() = DenseKey(m);
+    e->mutable_execution()->set_kernel("k");
+    e->mutable_execution()->set_data(std::string(4000, 'd'));
+  }
+  v1::ImportEntriesResponse imported;
+  REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
+  const std::string file = d.dir() + "/export.jsonl";
+  std::string out;
+  // A full disk, as the file-size limit makes it (EFBIG, not SIGXFSZ).
+  const int code =
+      RunProgram(GPUTUNECTL_PATH,
+                 {"--endpoint=" + d.endpoint(), "export", file}, &out, [] {
+                   signal(SIGXFSZ, SIG_IGN);
+                   rlimit limit{64 * 1024, 64 * 1024};
+                   setrlimit(RLIMIT_FSIZE, &limit);
+                 });
+  INFO(out);
+  CHECK(code != 0);
+  CHECK_FALSE(std::filesystem::exists(file));
+  CHECK_FALSE(std::filesystem::exists(file + ".partial"));
+  CHECK(out.find("exported 50 entries") == std::string::npos);
+  // Without the limit it works, and the file reads back.
+  CHECK(RunProgram(GPUTUNECTL_PATH,
+                   {"--endpoint=" + d.endpoint(), "export", file}, &out) == 0);
+  CHECK(out.find("exported 50 entries") != std::string::npos);
+}
+
+TEST_CASE(
+    "Backup writes a verified new file and never writes through an existing "
+    "name or a dangling symlink") {
+  DaemonProcess d({"--backend=none"});
+  RecordKey(*d.Stub(), DenseKey(1), "k");
+  auto admin = d.AdminStub();
+  const std::string copy = d.dir() + "/copy.db";
+  v1::BackupRequest req;
+  req.set_path(copy);
+  v1::BackupResponse resp;
+  REQUIRE(admin->Backup(Ctx().get(), req, &resp).ok());
+  CHECK(resp.bytes() == std::filesystem::file_size(copy));
+  struct stat st {};
+  REQUIRE(stat(copy.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0007) == 0);
+  Sql(copy, "SELECT key_id FROM entries");
+
+  CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
+        grpc::StatusCode::ALREADY_EXISTS);
+  const std::string link = d.dir() + "/link.db";
+  const std::string target = d.dir() + "/target.db";
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  req.set_path(link);
+  CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
+        grpc::StatusCode::ALREADY_EXISTS);
+  CHECK_FALSE(std::filesystem::exists(target));
+}
+
+TEST_CASE(
+    "a request that does not parse is INVALID_ARGUMENT saying so, for every "
+    "method") {
+  DaemonProcess d({"--backend=none"});
+  // Field 2 of every request below is a string, or a message whose field 2
+  // is; 0xff is never valid UTF-8. For GetStatus (no fields): a truncated
+  // varint.
+  const std::string bad_string = std::string("\x12\x02\xff\xfe", 4);
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"/gputune.v1.TuneService/Claim", bad_string},
+      {"/gputune.v1.TuneService/Renew", std::string("\x08", 1)},
+      {"/gputune.v1.TuneService/Record",
+       std::string("\x12\x03\x0a\x01\xff", 5)},
+      {"/gputune.v1.TuneService/Abandon", bad_string},
+      {"/gputune.v1.TuneService/ListEntries", std::string("\x1a\x01\xff", 3)},
+      {"/gputune.v1.TuneService/GetEntry",
+       std::string("\x0a\x03\x1a\x01\xff", 5)},
+      {"/gputune.v1.TuneService/DeleteEntries",
+       std::string("\x0a\x03\x1a\x01\xff", 5)},
+      {"/gputune.v1.TuneService/ImportEntries",
+       std::string("\x0a\x03\x52\x01\xff", 5)},
+      {"/gputune.v1.TuneService/GetStatus", std::string("\x08\xff", 2)},
+      {"/gputune.v1.TuneService/TuneDense",
+       std::string("\x0a\x03\x1a\x01\xff", 5)},
+      {"/gputune.v1.AdminService/Backup", std::string("\x0a\x01\xff", 3)},
+      {"/gputune.v1.AdminService/SetLogLevel", std::string("\x0a\x01\xff", 3)},
+  };
+  for (const auto& [method, bytes] : calls) {
+    const grpc::Status s = CallRaw(d, method, bytes);
+    INFO(method << ": " << s.error_code() << " " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("could not be parsed") != std::string::npos);
+  }
+  // Watch is a stream: the same answer when it ends.
+  grpc::GenericStub generic(d.Channel());
+  auto ctx = Ctx();
+  grpc::CompletionQueue cq;
+  auto stream =
+      generic.PrepareCall(ctx.get(), "/gputune.v1.TuneService/Watch", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  stream->StartCall(reinterpret_cast<void*>(1));
+  REQUIRE(cq.Next(&tag, &ok));
+  grpc::Slice slice(std::string("\x0a\x03\x1a\x01\xff", 5));
+  grpc::ByteBuffer request(&slice, 1);
+  stream->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  REQUIRE(cq.Next(&tag, &ok));
+  grpc::Status finished;
+  stream->Finish(&finished, reinterpret_cast<void*>(3));
+  REQUIRE(cq.Next(&tag, &ok));
+  CHECK(finished.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(finished.error_message().find("could not be parsed") !=
+        std::string::npos);
+  // protobuf's complaint is logged, but at most once a second.
+  for (int i = 0; i < 20; ++i) {
+    CallRaw(d, "/gputune.v1.TuneService/Claim", bad_string);
+  }
+  const std::string log = d.Log();
+  size_t lines = 0;
+  for (size_t at = log.find("invalid UTF-8"); at != std::string::npos;
+       at = log.find("invalid UTF-8", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines < 10);
+}
+
+TEST_CASE(
+    "out-of-range durations and timestamps, bad page tokens and bad log "
+    "levels are INVALID_ARGUMENT naming the field, and change nothing") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  auto admin = d.AdminStub();
+  const uint64_t claim = ClaimId(*stub, DenseKey(1));
+  struct Case {
+    std::string name;
+    std::function<grpc::Status()> call;
+    std::string field;
+  };
+  auto claim_with_ttl = [&](int64_t seconds, int32_t nanos) {
+    return [&stub, seconds, nanos] {
+      v1::ClaimRequest req;
+      *req.mutable_key() = DenseKey(5);
+      req.set_holder("p");
+      req.mutable_ttl()->set_seconds(seconds);
+      req.mutable_ttl()->set_nanos(nanos);
+      v1::ClaimResponse resp;
+      return stub->Claim(Ctx().get(), req, &resp);
+    };
+  };
+  auto record = [&](std::function<void(v1::RecordRequest&)> edit) {
+    return [&stub, claim, edit] {
+      v1::RecordRequest req;
+      req.set_claim_id(claim);
+      req.mutable_execution()->set_kernel("k");
+      edit(req);
+      v1::RecordResponse resp;
+      return stub->Record(Ctx().get(), req, &resp);
+    };
+  };
+  auto import = [&](std::function<void(v1::Entry&)> edit) {
+    return [&stub, edit] {
+      v1::ImportEntriesRequest req;
+      v1::Entry* e = req.add_entries();
+      *e->mutable_key() = DenseKey(9);
+      e->mutable_execution()->set_kernel("k");
+      edit(*e);
+      v1::ImportEntriesResponse resp;
+      return stub->ImportEntries(Ctx().get(), req, &resp);
+    };
+  };
+  auto list = [&](const std::string& token) {
+    return [&stub, token] {
+      v1::ListEntriesRequest req;
+      req.set_page_token(token);
+      v1::ListEntriesResponse resp;
+      return stub->ListEntries(Ctx().get(), req, &resp);
+    };
+  };
+  auto log_level = [&](const std::string& level, const std::string& autotune) {
+    return [&admin, level, autotune] {
+      v1::SetLogLevelRequest req;
+      req.set_level(level);
+      req.set_autotune_log(autotune);
+      v1::SetLogLevelResponse resp;
+      return admin->SetLogLevel(Ctx().get(), req, &resp);
+    };
+  };
+  const std::vector<Case> cases = {
+      {"claim ttl nanos out of range", claim_with_ttl(1, 2000000000), "ttl"},
+      {"claim ttl signs differ", claim_with_ttl(1, -5), "ttl"},
+      {"claim ttl past protobuf's range", claim_with_ttl(400000000000, 0),
+       "ttl"},
+      {"renew ttl nanos out of range",
+       [&] {
+         v1::RenewRequest req;
+         req.set_claim_id(claim);
+         req.mutable_ttl()->set_nanos(-1500000000);
+         v1::RenewResponse resp;
+         return stub->Renew(Ctx().get(), req, &resp);
+       },
+       "ttl"},
+      {"record chosen_time nanos 1.5e9",
+       record([](auto& r) { r.mutable_chosen_time()->set_nanos(1500000000); }),
+       "chosen_time"},
+      {"record default_time negative",
+       record([](auto& r) { r.mutable_default_time()->set_seconds(-1); }),
+       "default_time"},
+      {"record measurement median out of range", record([](auto& r) {
+         auto* m = r.add_measurements();
+         m->mutable_execution()->set_kernel("k");
+         m->mutable_median()->set_seconds(int64_t{1} << 50);
+       }),
+       "measurements[0].median"},
+      {"record measurement error too long", record([](auto& r) {
+         auto* m = r.add_measurements();
+         m->mutable_execution()->set_kernel("k");
+         m->set_error(std::string(2000, 'e'));
+       }),
+       "measurements[0].error"},
+      {"record data too large", record([](auto& r) {
+         r.mutable_execution()->set_data(std::string(70000, 'd'));
+       }),
+       "execution.data"},
+      {"record of more than 1 MiB", record([](auto& r) {
+         for (int i = 0; i < 20; ++i) {
+           auto* m = r.add_measurements();
+           m->mutable_execution()->set_kernel("k");
+           m->mutable_execution()->set_data(std::string(60000, 'd'));
+         }
+       }),
+       "request"},
+      {"import measured_at in year -290e9", import([](auto& e) {
+         e.mutable_measured_at()->set_seconds(-290000000000LL * 31556952LL /
+                                              1000);
+       }),
+       "entries[0].measured_at"},
+      {"import measured_at nanos negative",
+       import([](auto& e) { e.mutable_measured_at()->set_nanos(-1); }),
+       "entries[0].measured_at"},
+      {"import chosen_time out of range",
+       import([](auto& e) { e.mutable_chosen_time()->set_nanos(1000000000); }),
+       "entries[0].chosen_time"},
+      {"import 10 MB recorded_by",
+       import([](auto& e) { e.set_recorded_by(std::string(10 << 20, 'r')); }),
+       "entries[0].recorded_by"},
+      {"import recorded_by with an ANSI escape",
+       import([](auto& e) { e.set_recorded_by("a\x1b[31mred"); }),
+       "entries[0].recorded_by"},
+      {"import 1 MB fingerprint field", import([](auto& e) {
+         e.mutable_fingerprint()->set_device_name(std::string(1 << 20, 'f'));
+       }),
+       "entries[0].fingerprint.device_name"},
+      {"import fingerprint build too long", import([](auto& e) {
+         e.mutable_fingerprint()->set_build(std::string(300, 'b'));
+       }),
+       "entries[0].fingerprint.build"},
+      {"import measurement error too long", import([](auto& e) {
+         auto* m = e.add_measurements();
+         m->mutable_execution()->set_kernel("k");
+         m->set_error(std::string(5000, 'e'));
+       }),
+       "entries[0].measurements[0].error"},
+      {"claim holder too long",
+       [&] {
+         v1::ClaimRequest req;
+         *req.mutable_key() = DenseKey(6);
+         req.set_holder(std::string(300, 'h'));
+         v1::ClaimResponse resp;
+         return stub->Claim(Ctx().get(), req, &resp);
+       },
+       "holder"},
+      {"claim holder with a newline",
+       [&] {
+         v1::ClaimRequest req;
+         *req.mutable_key() = DenseKey(6);
+         req.set_holder("a\nfake log line");
+         v1::ClaimResponse resp;
+         return stub->Claim(Ctx().get(), req, &resp);
+       },
+       "holder"},
+      {"abandon reason too long",
+       [&] {
+         v1::AbandonRequest req;
+         req.set_claim_id(claim);
+         req.set_reason(std::string(2000, 'r'));
+         v1::AbandonResponse resp;
+         return stub->Abandon(Ctx().get(), req, &resp);
+       },
+       "reason"},
+      {"forged page token", list("1AAAAAAAAAAAAAAA"), "page_token"},
+      {"SQL page token", list("' OR 1=1; DROP TABLE entries; --"),
+       "page_token"},
+      {"raw key id as page token", list(KeyId(DenseKey(1))), "page_token"},
+      {"10 MB page token", list(std::string(10 << 20, 'A')), "page_token"},
+      {"log level fine, autotune log bad", log_level("error", "max"),
+       "autotune_log"},
+      {"log level bad", log_level("loud", "full"), "level"},
+      {"backup to a relative path",
+       [&] {
+         v1::BackupRequest req;
+         req.set_path("relative.db");
+         v1::BackupResponse resp;
+         return admin->Backup(Ctx().get(), req, &resp);
+       },
+       "path"},
+      {"backup path too long",
+       [&] {
+         v1::BackupRequest req;
+         req.set_path("/" + std::string(5000, 'p'));
+         v1::BackupResponse resp;
+         return admin->Backup(Ctx().get(), req, &resp);
+       },
+       "path"},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status s = c.call();
+    INFO(c.name << ": " << s.error_code() << " " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().rfind(c.field, 0) == 0);
+  }
+  // Nothing changed: no entry, the one claim, the log levels as they were.
+  const v1::GetStatusResponse after = Status(*stub);
+  CHECK(after.entries() == 0);
+  CHECK(after.claims_size() == 1);
+  v1::SetLogLevelResponse levels;
+  REQUIRE(
+      admin->SetLogLevel(Ctx().get(), v1::SetLogLevelRequest(), &levels).ok());
+  CHECK(levels.level() == "info");
+  CHECK(levels.autotune_log() == "minimal");
+  // A token the daemon made pages on.
+  for (uint32_t m = 10; m < 13; ++m) RecordKey(*stub, DenseKey(m), "k");
+  v1::ListEntriesRequest page_req;
+  page_req.set_page_size(2);
+  v1::ListEntriesResponse page;
+  REQUIRE(stub->ListEntries(Ctx().get(), page_req, &page).ok());
+  REQUIRE_FALSE(page.next_page_token().empty());
+  page_req.set_page_token(page.next_page_token());
+  REQUIRE(stub->ListEntries(Ctx().get(), page_req, &page).ok());
+  CHECK(page.entries_size() == 1);
+}
+
+TEST_CASE(
+    "another user may look up and claim but not make operator calls, nor "
+    "touch a claim that is not theirs") {
+  DaemonProcess d({"--backend=none", "--socket_mode=0666"});
+  REQUIRE(chmod(d.dir().c_str(), 0755) == 0);
+  auto stub = d.Stub();
+  const uint64_t mine = ClaimId(*stub, DenseKey(1));
+  RecordKey(*stub, DenseKey(2), "k");
+  auto as_nobody = [] {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(99);
+  };
+  auto ctl = [&](std::vector<std::string> args, std::string* out) {
+    args.insert(args.begin(), "--endpoint=" + d.endpoint());
+    return RunProgram(GPUTUNECTL_PATH, args, out, as_nobody);
+  };
+  std::string out;
+  if (getuid() != 0) {
+    WARN("skipped: needs root to run a client as another user");
+    return;
+  }
+  REQUIRE(ctl({"status"}, &out) == 0);  // anyone may read
+  CHECK(ctl({"delete", "--all"}, &out) != 0);
+  CHECK(out.find("operator") != std::string::npos);
+  CHECK(ctl({"log-level", "off"}, &out) != 0);
+  CHECK(ctl({"backup", d.dir() + "/nobody.db"}, &out) != 0);
+  CHECK_FALSE(std::filesystem::exists(d.dir() + "/nobody.db"));
+  CHECK(ctl({"abandon", std::to_string(mine)}, &out) != 0);
+  CHECK(out.find("belongs to another") != std::string::npos);
+  // Nothing changed.
+  const v1::GetStatusResponse after = Status(*stub);
+  CHECK(after.entries() == 1);
+  CHECK(after.claims_size() == 1);
+  // The operator (root here) may abandon a stuck claim.
+  std::string root_out;
+  CHECK(RunProgram(
+            GPUTUNECTL_PATH,
+            {"--endpoint=" + d.endpoint(), "abandon", std::to_string(mine)},
+            &root_out) == 0);
+}
+
+TEST_CASE("a TCP listener on a non-loopback address needs TLS or a flag") {
+  DaemonProcess d({"--backend=none"});
+  const std::string log = d.dir() + "/tcp.log";
+  const pid_t refused = testing::SpawnGputuned(
+      {"--listen=0.0.0.0:0", "--db=" + d.dir() + "/tcp.db", "--backend=none"},
+      {}, log);
+  int status = 0;
+  REQUIRE(waitpid(refused, &status, 0) == refused);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  CHECK(text.find("not a loopback address") != std::string::npos);
+}
+
+}  // namespace gputune
