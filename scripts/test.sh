@@ -126,12 +126,49 @@ fuzz() {
   return "$rc"
 }
 
+# start_beside NAME COMMAND...: runs COMMAND as a job, its output into a log,
+# while the script goes on; finish_beside waits for it, prints the log and
+# records its time (and stops the script when it failed).
+start_beside() {
+  beside_name=$1 beside_log=$check_dir/$2.log beside_start=$SECONDS
+  shift 2
+  set -m # its own process group, so stop_beside reaches its children too
+  "$@" >"$beside_log" 2>&1 &
+  beside_pid=$!
+  set +m
+  trap stop_beside EXIT
+}
+# Stops the job beside when the script ends before finish_beside.
+stop_beside() {
+  [[ -n "${beside_pid:-}" ]] && kill -- "-$beside_pid" 2>/dev/null || true
+}
+finish_beside() {
+  local rc=0
+  wait "$beside_pid" || rc=$?
+  beside_pid=
+  echo "=== $beside_name (ran beside the gcc ctest; its output follows)"
+  cat "$beside_log"
+  timings+=("$(printf '%-34s %5ds%s' "$beside_name" $((SECONDS - beside_start)) \
+    "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
+  if ((rc != 0)); then
+    print_timings
+    exit "$rc"
+  fi
+}
+
 run_stage "install dependencies" bash "$root/scripts/install-deps.sh"
 run_stage "gcc build" bash "$root/scripts/build.sh"
+if [[ "$check" != 0 ]]; then
+  # Both builds first: compiling competes with the tests for the CPU.
+  run_stage "clang check build" check_build
+  # The two test runs spend most of their time waiting on daemons and
+  # sockets, and share nothing (own build folders, temporary directories),
+  # so they run side by side.
+  start_beside "sanitizer ctest" sanitizer-ctest check_tests
+fi
 run_stage "gcc ctest" gcc_tests
 if [[ "$check" != 0 ]]; then
-  run_stage "clang check build" check_build
-  run_stage "sanitizer ctest" check_tests
+  finish_beside
   run_stage "fuzz (${#fuzzers[@]} targets x ${fuzz_seconds}s)" fuzz
 fi
 print_timings
