@@ -274,10 +274,15 @@ absl::StatusOr<Config> ParseConfig(
   absl::string_view socket = config.listen;
   if (absl::ConsumePrefix(&socket, "unix://") ||
       absl::ConsumePrefix(&socket, "unix:")) {
+    if (socket.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen=", config.listen,
+          ": a unix socket needs a path (unix:///run/gputuned/gpu0.sock)"));
+    }
     config.listen = absl::StrCat(
         "unix://", std::filesystem::absolute(std::string(socket)).string());
   }
-  config.db = std::filesystem::absolute(config.db).string();
+  config.db = std::filesystem::absolute(config.db).string();  // never empty
   if (config.lease_ttl > config.max_lease_ttl) {
     return absl::InvalidArgumentError(
         "--lease_ttl: must not exceed --max_lease_ttl");
