@@ -296,10 +296,15 @@ absl::StatusOr<Config> ParseConfig(
   absl::string_view socket = config.listen;
   if (absl::ConsumePrefix(&socket, "unix://") ||
       absl::ConsumePrefix(&socket, "unix:")) {
+    if (socket.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen=", config.listen,
+          ": a unix socket needs a path (unix:///run/gputuned/gpu0.sock)"));
+    }
     config.listen = absl::StrCat(
         "unix://", std::filesystem::absolute(std::string(socket)).string());
   }
-  config.db = std::filesystem::absolute(config.db).string();
+  config.db = std::filesystem::absolute(config.db).string();  // never empty
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "--tls_cert_file and --tls_key_file go together: give both or "

@@ -1,16 +1,174 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test suite (ctest). GPU tests
-# print "skipped: no CUDA device" where there is none.
+# Installs dependencies, builds, and runs every test suite (ctest), then the
+# checking build: clang-16 with -Werror=thread-safety, AddressSanitizer and
+# UndefinedBehaviorSanitizer, its unit/kernels/integration/client suites and
+# the libFuzzer targets (docs/testing.md says what and why). GPU tests print
+# "skipped: no CUDA device" where there is none. Exits non-zero when any stage
+# fails; ends with the time each stage took.
+#
+#   GPUTUNE_JOBS=2          parallel compile and test jobs
+#   GPUTUNE_CHECK=0         skip the checking build (the gcc build and ctest only)
+#   GPUTUNE_FUZZ_SECONDS=30 how long each fuzz target runs
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bash "$root/scripts/install-deps.sh"
-bash "$root/scripts/build.sh"
-cd "$root/build"
-ctest -j "${GPUTUNE_JOBS:-2}" --output-on-failure --timeout 300
-# ctest hides the GPU suite's skip notices: say them here.
-if [[ -x tests/gpu/gputune_gpu_tests ]]; then
-  skipped=$(./tests/gpu/gputune_gpu_tests 2>&1 | grep -c "skipped: no CUDA device" || true)
-  if [[ "$skipped" -gt 0 ]]; then
-    echo "GPU suite: $skipped test cases skipped: no CUDA device"
+jobs=${GPUTUNE_JOBS:-2}
+check=${GPUTUNE_CHECK:-1}
+fuzz_seconds=${GPUTUNE_FUZZ_SECONDS:-30}
+check_dir=$root/build-check
+san_logs=$check_dir/sanitizer-logs
+fuzzers=(key_text entry_lines config_file)
+
+timings=()
+print_timings() {
+  echo "--- test.sh stages (load $(cut -d' ' -f1-3 /proc/loadavg)):"
+  printf '  %s\n' "${timings[@]}"
+}
+# run_stage NAME COMMAND...: runs COMMAND with `set -e` in force (a function
+# called behind `||` would run without it, so it runs as a job), records its
+# time, and stops the script with the timings when it fails.
+run_stage() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "=== $name"
+  "$@" &
+  wait $! || rc=$?
+  timings+=("$(printf '%-34s %5ds%s' "$name" $((SECONDS - start)) \
+    "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
+  if ((rc != 0)); then
+    print_timings
+    exit "$rc"
   fi
+}
+
+gcc_tests() {
+  cd "$root/build"
+  ctest -j "$jobs" --output-on-failure --timeout 300
+  # ctest hides the GPU suite's skip notices: say them here.
+  if [[ -x tests/gpu/gputune_gpu_tests ]]; then
+    local skipped
+    skipped=$(./tests/gpu/gputune_gpu_tests 2>&1 | grep -c "skipped: no CUDA device" || true)
+    if [[ "$skipped" -gt 0 ]]; then
+      echo "GPU suite: $skipped test cases skipped: no CUDA device"
+    fi
+  fi
+}
+
+# The checking build: CUDA off (nvcc's host pass is not clang's), no
+# benchmarks, only what its tests need.
+check_build() {
+  CC=clang-16 CXX=clang++-16 GPUTUNE_BUILD_DIR=$check_dir \
+    GPUTUNE_TARGETS="gputune_unit_test gputune_kernels_test gputune_integration_test
+      gputune_client_tests gputuned gputunectl ${fuzzers[*]/#/gputune_fuzz_}" \
+    bash "$root/scripts/build.sh" -DGPUTUNE_CUDA=OFF -DGPUTUNE_BUILD_BENCH=OFF \
+    -DGPUTUNE_SANITIZE=ON -DGPUTUNE_WERROR_THREAD_SAFETY=ON -DGPUTUNE_FUZZ=ON
+}
+
+# Sanitizer settings for every instrumented process, the daemons the tests
+# start included (they inherit the environment): stop at the first report and
+# write it to $san_logs/<asan|ubsan>.<pid>, so a report from a child that
+# its test did not notice still fails CI.
+export_sanitizer_options() {
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$san_logs/asan"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$san_logs/ubsan"
+}
+# Fails (printing them) when any sanitizer report was written.
+sanitizer_reports() {
+  local reports=("$san_logs"/*)
+  [[ -e "${reports[0]}" ]] || return 0
+  echo "sanitizer reports (${#reports[@]}):"
+  local f
+  for f in "${reports[@]}"; do
+    echo "--- $f"
+    head -n 60 "$f"
+  done
+  return 1
+}
+
+check_tests() {
+  rm -rf "$san_logs" && mkdir -p "$san_logs"
+  export_sanitizer_options
+  local rc=0
+  # The fuzz labels replay each target's seed corpus.
+  ctest --test-dir "$check_dir" -j "$jobs" --output-on-failure --timeout 600 \
+    -L '^(unit|kernels|integration|client|fuzz)$' || rc=$?
+  sanitizer_reports || rc=1
+  return "$rc"
+}
+
+# Each target fuzzes for $fuzz_seconds, all at once (they are CPU-bound and
+# time-bounded: running them together costs executions, not wall time). New
+# inputs go to a scratch corpus, not the repo's seeds.
+fuzz() {
+  local work=$check_dir/fuzz-work name pids=() rc=0
+  rm -rf "$work" "$san_logs" && mkdir -p "$san_logs"
+  export_sanitizer_options
+  for name in "${fuzzers[@]}"; do
+    mkdir -p "$work/$name/new"
+    "$check_dir/tests/fuzz/gputune_fuzz_$name" -max_total_time="$fuzz_seconds" \
+      -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$work/$name/" "$work/$name/new" \
+      "$root/tests/fuzz/corpus/$name" >"$work/$name/log" 2>&1 &
+    pids+=($!)
+  done
+  local i
+  for i in "${!fuzzers[@]}"; do
+    name=${fuzzers[$i]}
+    if wait "${pids[$i]}"; then
+      echo "fuzz $name: $(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' \
+        "$work/$name/log" | grep -o '[0-9]*$') runs in ${fuzz_seconds}s, no crash"
+    else
+      rc=1
+      echo "fuzz $name FAILED: $(ls "$work/$name" | grep -v -e '^new$' -e '^log$' | tr '\n' ' ')"
+      tail -n 40 "$work/$name/log"
+    fi
+  done
+  sanitizer_reports || rc=1
+  return "$rc"
+}
+
+# start_beside NAME COMMAND...: runs COMMAND as a job, its output into a log,
+# while the script goes on; finish_beside waits for it, prints the log and
+# records its time (and stops the script when it failed).
+start_beside() {
+  beside_name=$1 beside_log=$check_dir/$2.log beside_start=$SECONDS
+  shift 2
+  set -m # its own process group, so stop_beside reaches its children too
+  "$@" >"$beside_log" 2>&1 &
+  beside_pid=$!
+  set +m
+  trap stop_beside EXIT
+}
+# Stops the job beside when the script ends before finish_beside.
+stop_beside() {
+  [[ -n "${beside_pid:-}" ]] && kill -- "-$beside_pid" 2>/dev/null || true
+}
+finish_beside() {
+  local rc=0
+  wait "$beside_pid" || rc=$?
+  beside_pid=
+  echo "=== $beside_name (ran beside the gcc ctest; its output follows)"
+  cat "$beside_log"
+  timings+=("$(printf '%-34s %5ds%s' "$beside_name" $((SECONDS - beside_start)) \
+    "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
+  if ((rc != 0)); then
+    print_timings
+    exit "$rc"
+  fi
+}
+
+run_stage "install dependencies" bash "$root/scripts/install-deps.sh"
+run_stage "gcc build" bash "$root/scripts/build.sh"
+if [[ "$check" != 0 ]]; then
+  # Both builds first: compiling competes with the tests for the CPU.
+  run_stage "clang check build" check_build
+  # The two test runs spend most of their time waiting on daemons and
+  # sockets, and share nothing (own build folders, temporary directories),
+  # so they run side by side.
+  start_beside "sanitizer ctest" sanitizer-ctest check_tests
 fi
+run_stage "gcc ctest" gcc_tests
+if [[ "$check" != 0 ]]; then
+  finish_beside
+  run_stage "fuzz (${#fuzzers[@]} targets x ${fuzz_seconds}s)" fuzz
+fi
+print_timings

@@ -76,6 +76,9 @@ TEST_CASE("the example builds against the installed package and runs") {
   ok = ok &&
        Sh(cmake + " -S '" GPUTUNE_SOURCE_DIR "/client/examples' -B '" + dir +
               "/example' -G '" GPUTUNE_CMAKE_GENERATOR
+              "' -DCMAKE_CXX_COMPILER='" GPUTUNE_CXX_COMPILER
+              "' -DCMAKE_CXX_FLAGS='" GPUTUNE_SANITIZE_FLAGS
+              "' -DCMAKE_EXE_LINKER_FLAGS='" GPUTUNE_SANITIZE_FLAGS
               "' -DCMAKE_PREFIX_PATH='" +
               prefix + "'",
           log);
@@ -89,14 +92,15 @@ TEST_CASE("the example builds against the installed package and runs") {
     const std::string pc = "PKG_CONFIG_PATH='" + prefix +
                            "/" GPUTUNE_INSTALL_LIBDIR
                            "/pkgconfig' pkg-config gputune";
-    ok =
-        Sh(pc + " --exists --print-errors", log) &&
-        Sh("c++ -std=c++17 '" GPUTUNE_SOURCE_DIR
-           "/client/examples/example.cc' -o '" +
-               dir + "/example_pc' $(" + pc + " --cflags --libs) -Wl,-rpath,'" +
-               prefix + "/" GPUTUNE_INSTALL_LIBDIR "'",
-           log) &&
-        Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
+    ok = Sh(pc + " --exists --print-errors", log) &&
+         Sh("'" GPUTUNE_CXX_COMPILER "' " GPUTUNE_SANITIZE_FLAGS
+            " -std=c++17 '" GPUTUNE_SOURCE_DIR
+            "/client/examples/example.cc' -o '" +
+                dir + "/example_pc' $(" + pc +
+                " --cflags --libs) -Wl,-rpath,'" + prefix +
+                "/" GPUTUNE_INSTALL_LIBDIR "'",
+            log) &&
+         Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
     if (!ok) FAIL(ReadFile(log));
   }
 }
