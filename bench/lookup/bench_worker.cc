@@ -16,8 +16,8 @@
 #include "gputune/client.h"
 #include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "proto/key_format.h"
 
 namespace gputune::bench {

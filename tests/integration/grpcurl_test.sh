@@ -51,8 +51,10 @@ claim=$(grep -o '"claimId": *"[0-9]*"' <<<"$out" | grep -o '[0-9]*' | tail -1)
 out=$(call gputune.v1.TuneService/Record "{\"claim_id\":$claim,\"execution\":{\"kernel\":\"my.kernel\",\"params\":{\"tile\":128}},\"chosen_time\":\"0.000012s\"}")
 expect "Record returns the entry" "$out" '"recordedBy": *"grpcurl"'
 out=$(call gputune.v1.TuneService/Lookup "{\"key\":$key}")
-expect "Lookup (answered from bytes) reads as a HIT" "$out" "KEY_STATE_HIT"
-expect "Lookup shows the execution" "$out" '"kernel": *"my.kernel"'
+expect "Lookup reads as a HIT" "$out" "KEY_STATE_HIT"
+entry=$(grep -o '"entry": *"[^"]*"' <<<"$out" | sed 's/.*"\([^"]*\)"$/\1/')
+expect "Lookup's entry (a serialized Entry) holds the execution" \
+  "$(base64 -d <<<"$entry" | tr -cd '[:print:]')" 'my.kernel'
 other='{"dense_bf16":{"phase":"PHASE_PREFILL","role":"attn.qkv","tokens":64,"input_features":64,"output_features":64},"candidate_set":"cs1"}'
 out=$(call gputune.v1.TuneService/BatchLookup "{\"keys\":[$key,$other]}")
 expect "BatchLookup answers in order" "$(tr -d ' \n' <<<"$out")" 'KEY_STATE_HIT.*KEY_STATE_MISS'
