@@ -210,15 +210,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                                         choice.error, &d->clock_);
   d->authority_ =
       std::make_unique<Authority>(&d->peers_, geteuid(), *admin_group);
-  d->tune_service_ = std::make_unique<TuneServiceImpl>(
-      info, d->arbiter_.get(), d->store_.get(), d->jobs_.get(),
-      d->store_executor_.get(), &d->clock_, d->authority_.get());
-  d->admin_service_ = std::make_unique<AdminServiceImpl>(
-      d->store_.get(), d->jobs_.get(), d->store_executor_.get(),
-      d->authority_.get());
-  d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
-  d->admin_service_->set_metrics(d->metrics_.get());
-  d->tune_service_->set_metrics(d->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -250,6 +241,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     d->listener_ = std::move(*listener);
     d->info_.listen_address = d->listener_->address();
   }
+  // After the bind: GetStatus reports the address as bound (a TCP port 0
+  // becomes the port chosen).
+  d->tune_service_ = std::make_unique<TuneServiceImpl>(
+      info, d->arbiter_.get(), d->store_.get(), d->jobs_.get(),
+      d->store_executor_.get(), &d->clock_, d->authority_.get());
+  d->admin_service_ = std::make_unique<AdminServiceImpl>(
+      d->store_.get(), d->jobs_.get(), d->store_executor_.get(),
+      d->authority_.get());
+  d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
+  d->admin_service_->set_metrics(d->metrics_.get());
+  d->tune_service_->set_metrics(d->metrics_.get());
   if (config.max_connection_idle > absl::ZeroDuration()) {
     builder.AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_IDLE_MS,

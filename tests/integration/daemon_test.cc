@@ -1,6 +1,7 @@
 // The real gputuned binary on a temporary unix socket, driven through the
 // generated stubs: arbitration, durability, recovery and input validation.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -572,8 +573,10 @@ TEST_CASE("the CUDA module: a missing or foreign one is named, not loaded") {
   }
   // Not a shared library at all; then one without the module's entry points
   // (the client library, built beside it).
+  // Per process: other checkouts' test runs share /tmp.
   const std::string not_elf =
-      std::filesystem::temp_directory_path() / "gputune-test-not-a-module.so";
+      std::filesystem::temp_directory_path() /
+      ("gputune-test-not-a-module-" + std::to_string(getpid()) + ".so");
   std::ofstream(not_elf) << "not a module\n";
   struct Case {
     std::string module;

@@ -1,7 +1,9 @@
 // gputuned against hostile and unlucky clients, from other processes: a
 // connection flood, a second daemon on the same database, damaged rows,
 // malformed and out-of-range requests, users without authority.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
@@ -721,6 +723,104 @@ TEST_CASE("a TCP listener on a non-loopback address needs TLS or a flag") {
   const std::string text((std::istreambuf_iterator<char>(in)),
                          std::istreambuf_iterator<char>());
   CHECK(text.find("not a loopback address") != std::string::npos);
+}
+
+}  // namespace gputune
+
+namespace gputune {
+namespace {
+
+// A TCP port that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// GetStatus through `channel`, retried for up to 20 s while the daemon
+// starts.
+grpc::Status WaitForStatus(std::shared_ptr<grpc::Channel> channel,
+                           v1::GetStatusResponse* resp) {
+  auto stub = v1::TuneService::NewStub(channel);
+  grpc::Status s;
+  for (int i = 0; i < 100; ++i) {
+    s = GetStatus(*stub, resp, 1);
+    if (s.ok()) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "on loopback TCP the daemon serves and reports its port, but no peer is "
+    "an operator") {
+  DaemonProcess d({"--backend=none"});
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const pid_t pid = testing::SpawnGputuned(
+      {"--listen=" + address, "--db=" + d.dir() + "/tcp.db", "--backend=none"},
+      {}, d.dir() + "/tcp.log");
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  v1::GetStatusResponse status;
+  const grpc::Status s = WaitForStatus(channel, &status);
+  INFO(s.error_message());
+  CHECK(s.ok());
+  CHECK(status.listen_address() == address);
+  v1::DeleteEntriesRequest all;
+  all.set_all(true);
+  v1::DeleteEntriesResponse deleted;
+  CHECK(v1::TuneService::NewStub(channel)
+            ->DeleteEntries(Ctx().get(), all, &deleted)
+            .error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  testing::SignalAndReap(pid, SIGTERM);
+}
+
+TEST_CASE("with TLS files a non-loopback TCP address is served over TLS") {
+  DaemonProcess d({"--backend=none"});
+  std::string out;
+  const std::string cert = d.dir() + "/cert.pem";
+  const std::string key = d.dir() + "/key.pem";
+  if (RunProgram("/usr/bin/openssl",
+                 {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                  key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                  "-addext", "subjectAltName=DNS:localhost"},
+                 &out) != 0) {
+    WARN("skipped: openssl could not make a certificate: " << out);
+    return;
+  }
+  const int port = FreePort();
+  const pid_t pid = testing::SpawnGputuned(
+      {"--listen=0.0.0.0:" + std::to_string(port),
+       "--db=" + d.dir() + "/tls.db", "--backend=none",
+       "--tls_cert_file=" + cert, "--tls_key_file=" + key},
+      {}, d.dir() + "/tls.log");
+  std::ifstream in(cert);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in),
+                            std::istreambuf_iterator<char>());
+  v1::GetStatusResponse status;
+  const grpc::Status s =
+      WaitForStatus(grpc::CreateChannel("localhost:" + std::to_string(port),
+                                        grpc::SslCredentials(ssl)),
+                    &status);
+  INFO(s.error_message());
+  CHECK(s.ok());
+  // Plain text is not served there.
+  v1::GetStatusResponse plain;
+  CHECK_FALSE(GetStatus(*v1::TuneService::NewStub(grpc::CreateChannel(
+                            "127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials())),
+                        &plain, 2)
+                  .ok());
+  testing::SignalAndReap(pid, SIGTERM);
 }
 
 }  // namespace gputune
