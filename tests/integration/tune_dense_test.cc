@@ -92,7 +92,12 @@ TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
     for (const auto& m : e.entry().measurements()) {
       chosen += m.chosen();
       defaults += m.is_default();
-      if (m.validation() == v1::VALIDATION_PASSED) CHECK(m.samples() > 0);
+      // A candidate that passed was timed, or says the budget cut it (a
+      // loaded machine, e.g. the sanitizer run beside the gcc one).
+      if (m.validation() == v1::VALIDATION_PASSED && m.samples() == 0) {
+        INFO(m.execution().kernel() << ": " << m.error());
+        CHECK(m.error().find("by budget") != std::string::npos);
+      }
     }
     CHECK(chosen == 1);
     CHECK(defaults == 1);
