@@ -49,6 +49,15 @@ def normalize(text, scratch):
     text = re.sub(r"\bup [0-9hms.]+", "up 1s", text)
     text = re.sub(r"\(in [0-9hms.]+\)", "(in 9m59.9s)", text)
     text = re.sub(r"(?m)(\s)\d+m[0-9.]+s$", r"\g<1>9m59.9s", text)
+    # Claim ids carry the start's epoch in their high bits (never reused
+    # across restarts): the k-th distinct one of a text reads as the k-th of
+    # one fixed start.
+    ids = {}
+
+    def claim_id(m):
+        return str(1883416521662791681 + ids.setdefault(m.group(0), len(ids)))
+
+    text = re.sub(r"\b\d{18,20}\b", claim_id, text)
     return text
 
 

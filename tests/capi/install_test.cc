@@ -28,7 +28,7 @@ bool Sh(const std::string& command, const std::string& log) {
   return std::system(full.c_str()) == 0;
 }
 
-// A daemon, and the build's client component installed into dir/prefix;
+// A daemon, and the build's client packages installed into dir/prefix;
 // commands' output goes to dir/<log>.
 struct Installed {
   explicit Installed(const std::string& log_name)
@@ -36,12 +36,15 @@ struct Installed {
         dir(daemon.dir()),
         prefix(dir + "/prefix"),
         log(dir + "/" + log_name) {
-    if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
-                " --install '" GPUTUNE_BUILD_DIR
-                "' --component client --prefix '" +
-                prefix + "'",
-            log)) {
-      FAIL(ReadFile(log));
+    // What libgputune-dev, libgputune0, python3-gputune and gputuned-cuda
+    // (libgputune_dense) install.
+    for (const char* component : {"client", "libgputune0", "python", "cuda"}) {
+      if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
+                  " --install '" GPUTUNE_BUILD_DIR "' --component " +
+                  component + " --prefix '" + prefix + "'",
+              log)) {
+        FAIL(ReadFile(log));
+      }
     }
   }
   DaemonProcess daemon;

@@ -690,7 +690,7 @@ TEST_CASE(
     return;
   }
   REQUIRE(ctl({"status"}, &out) == 0);  // anyone may read
-  CHECK(ctl({"delete", "--all"}, &out) != 0);
+  CHECK(ctl({"delete", "--all", "--yes"}, &out) != 0);
   CHECK(out.find("operator") != std::string::npos);
   CHECK(ctl({"log-level", "off"}, &out) != 0);
   CHECK(ctl({"backup", d.dir() + "/nobody.db"}, &out) != 0);
