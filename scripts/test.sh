@@ -58,7 +58,8 @@ gcc_tests() {
 check_build() {
   CC=clang-16 CXX=clang++-16 GPUTUNE_BUILD_DIR=$check_dir \
     GPUTUNE_TARGETS="gputune_unit_test gputune_kernels_test gputune_integration_test
-      gputune_client_tests gputuned gputunectl ${fuzzers[*]/#/gputune_fuzz_}" \
+      gputune_client_tests gputuned gputunectl gputune_changelog
+      ${fuzzers[*]/#/gputune_fuzz_}" \
     bash "$root/scripts/build.sh" -DGPUTUNE_CUDA=OFF -DGPUTUNE_BUILD_BENCH=OFF \
     -DGPUTUNE_SANITIZE=ON -DGPUTUNE_WERROR_THREAD_SAFETY=ON -DGPUTUNE_FUZZ=ON
 }
@@ -70,6 +71,7 @@ check_build() {
 export_sanitizer_options() {
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$san_logs/asan"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$san_logs/ubsan"
+  export LSAN_OPTIONS="suppressions=$root/tests/sanitizer/lsan.supp:print_suppressions=0"
 }
 # Fails (printing them) when any sanitizer report was written.
 sanitizer_reports() {

@@ -155,14 +155,19 @@ def test_watch_calls_back_until_the_hit(daemon):
     client = gputune.Client(daemon.endpoint)
     key = Key("watched_cb/x=1@v1")
     seen = []
+    first = threading.Event()
     done = threading.Event()
 
     def on_status(status):
         seen.append((status.state, status.execution))
+        first.set()
         if status.hit:
             done.set()
 
     with client.watch(key, callback=on_status, timeout=30) as w:
+        # The stream opens in the background: the key changes only after
+        # the watch has reported its current state.
+        assert first.wait(5)
         record_hit(gputune.Client(daemon.endpoint), key)
         w.wait(10)
         assert done.wait(5)
