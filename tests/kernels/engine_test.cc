@@ -636,8 +636,12 @@ TEST_CASE("a correct split-K that reduces partial sums in bf16 passes") {
   std::vector<Execution> candidates = {{"host.naive", {}}};
   candidates.insert(candidates.end(), splits.begin(), splits.end());
   FaultBackend tuner(candidates);
+  // A budget that fits five samples of each also under the sanitizers
+  // (about 20 ms a sample there): this case is about validation, not speed.
+  TuneOptions options = FastOptions();
+  options.budget_seconds = 2;
   const TuneReport report =
-      TuneDense(tuner, {.m = 1, .n = 64, .k = 16384}, FastOptions());
+      TuneDense(tuner, {.m = 1, .n = 64, .k = 16384}, options);
   INFO(report.error);
   REQUIRE(report.ok);
   for (const Execution& exec : splits) {
