@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/backend_factory.h"
+#include "daemon/fleet/fleet_link.h"
 #include "daemon/logging.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -130,6 +131,34 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   d->tune_service_ = std::make_unique<TuneServiceImpl>(
       info, d->arbiter_.get(), d->store_.get(), d->jobs_.get(),
       d->store_executor_.get(), &d->clock_);
+  if (!config.fleet.empty()) {
+    if (!info.fingerprint_digest) {
+      spdlog::warn(
+          "--fleet is set but this daemon's device is unknown (no backend): "
+          "without a fingerprint it cannot join a fleet; serving locally");
+    } else {
+      fleet::FleetOptions fleet_options;
+      fleet_options.conninfo = config.fleet;
+      fleet_options.lease_ttl = config.fleet_lease_ttl;
+      fleet_options.poll_interval = config.fleet_poll_interval;
+      fleet_options.outbox_limit =
+          static_cast<uint64_t>(config.fleet_outbox_limit);
+      absl::StatusOr<std::unique_ptr<fleet::FleetLink>> link =
+          fleet::FleetLink::Create(
+              fleet_options,
+              fleet::MakeIdentity(info.fingerprint, config.device),
+              *info.fingerprint_digest, d->store_.get(), d->arbiter_.get(),
+              &d->clock_);
+      if (!link.ok()) {
+        return absl::Status(link.status().code(),
+                            absl::StrCat("--fleet: ", link.status().message()));
+      }
+      d->fleet_ = std::move(*link);
+      d->jobs_->set_fleet(d->fleet_.get());
+      d->tune_service_->set_fleet(d->fleet_.get());
+      d->fleet_->Start();
+    }
+  }
   d->admin_service_ = std::make_unique<AdminServiceImpl>(
       d->store_.get(), d->jobs_.get(), d->store_executor_.get());
 
@@ -195,7 +224,8 @@ void Daemon::Shutdown() {
   }
   stopping_.store(true);
   if (sweeper_.joinable()) sweeper_.join();
-  store_executor_.reset();  // runs what was queued
+  store_executor_.reset();     // runs what was queued
+  if (fleet_) fleet_->Stop();  // the outbox keeps what was not published
   jobs_.reset();
   const std::string socket_path = UnixPath(config_.listen);
   if (!socket_path.empty()) std::filesystem::remove(socket_path);

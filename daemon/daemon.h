@@ -18,6 +18,7 @@
 #include "daemon/arbiter.h"
 #include "daemon/clock.h"
 #include "daemon/config.h"
+#include "daemon/fleet/fleet_link.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
@@ -68,6 +69,7 @@ class Daemon {
   std::unique_ptr<Arbiter> arbiter_;
   std::unique_ptr<SerialExecutor> store_executor_;
   std::unique_ptr<JobQueue> jobs_;
+  std::unique_ptr<fleet::FleetLink> fleet_;  // null without --fleet
   std::unique_ptr<TuneServiceImpl> tune_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;

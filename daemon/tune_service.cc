@@ -360,8 +360,11 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
     return Done(ctx, s);
   }
   if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<v1::ClaimResponse> result = arbiter_->Claim(
-      request->key(), request->holder(), FromProto(request->ttl()));
+  absl::StatusOr<v1::ClaimResponse> result =
+      fleet_ != nullptr ? fleet_->Claim(request->key(), request->holder(),
+                                        FromProto(request->ttl()))
+                        : arbiter_->Claim(request->key(), request->holder(),
+                                          FromProto(request->ttl()));
   if (!result.ok()) return Done(ctx, result.status());
   if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
     spdlog::debug("claim {} granted on {} to '{}'", result->claim().claim_id(),
@@ -441,7 +444,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
 
   return OnStore(ctx, [this, ticket = *ticket, entry = std::move(entry),
                        response]() {
-    if (absl::Status s = store_->Put(entry); !s.ok()) {
+    if (absl::Status s = fleet_ != nullptr ? fleet_->PersistRecord(entry)
+                                           : store_->Put(entry);
+        !s.ok()) {
       arbiter_->CancelRecord(ticket);
       spdlog::error("record of {} by '{}' failed: {}", KeyText(ticket.key),
                     ticket.holder, s.message());
@@ -449,6 +454,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
           s.code(), absl::StrCat("the entry was not persisted: ", s.message()));
     }
     arbiter_->CommitRecord(ticket, entry);
+    if (fleet_ != nullptr) fleet_->RecordCommitted(ticket.key);
     spdlog::info("recorded {} by '{}': {}", KeyText(ticket.key), ticket.holder,
                  entry.execution().kernel());
     *response->mutable_entry() = entry;
@@ -667,6 +673,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
     response->set_jobs_completed(js.completed);
     response->set_jobs_failed(js.failed);
   }
+  if (fleet_ != nullptr) fleet_->FillStatus(response->mutable_fleet());
   return Done(ctx, absl::OkStatus());
 }
 

@@ -17,6 +17,7 @@
 #include "daemon/arbiter.h"
 #include "daemon/buffer_pool.h"
 #include "daemon/clock.h"
+#include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
 #include "daemon/split_runner.h"
@@ -53,6 +54,10 @@ class TuneServiceImpl final : public TuneServiceBase {
   TuneServiceImpl(const DaemonInfo& info, Arbiter* arbiter,
                   storage::TuneStore* store, JobQueue* jobs,
                   SerialExecutor* store_executor, const Clock* clock);
+
+  // With a fleet tier: Claim, Record and GetStatus go through it. Call
+  // before serving; null: no fleet.
+  void set_fleet(FleetHooks* fleet) { fleet_ = fleet; }
 
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
@@ -111,6 +116,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   JobQueue* const jobs_;
   SerialExecutor* const store_executor_;
   const Clock* const clock_;
+  FleetHooks* fleet_ = nullptr;
   // BatchLookup answers; shared with the slices gRPC sends them from, which
   // may outlive the service.
   const std::shared_ptr<BufferPool> answer_buffers_;
