@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -200,13 +201,37 @@ absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
 absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
                                                    absl::string_view holder,
                                                    absl::Duration ttl) {
+  // One claim of a key at a time here: two callers that both found it free
+  // locally must not both go to the fleet (the second would take the fleet
+  // claim over from the first).
+  const std::string key_id = KeyId(key);
+  {
+    absl::MutexLock lock(&mu_);
+    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !claiming_.contains(key_id);
+    };
+    while (!free()) claimed_.Wait(&mu_);
+    claiming_.insert(key_id);
+  }
+  absl::StatusOr<v1::ClaimResponse> response =
+      ClaimOnce(key, key_id, holder, ttl);
+  {
+    absl::MutexLock lock(&mu_);
+    claiming_.erase(key_id);
+  }
+  claimed_.SignalAll();
+  return response;
+}
+
+absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
+    const v1::Key& key, const std::string& key_id, absl::string_view holder,
+    absl::Duration ttl) {
   const v1::KeyStatus local = arbiter_->Lookup(key);
   if (local.state() == v1::KEY_STATE_HIT ||
       local.state() == v1::KEY_STATE_PENDING ||
       local.state() == v1::KEY_STATE_BACKOFF) {
     return arbiter_->Claim(key, holder, ttl);  // no grant possible
   }
-  const std::string key_id = KeyId(key);
   absl::StatusOr<FleetConnection::ClaimResult> fleet =
       absl::UnavailableError("not connected");
   {
@@ -232,6 +257,8 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
       return arbiter_->Claim(key, holder, ttl);
     }
     case FleetConnection::ClaimResult::kHeld: {
+      spdlog::debug("fleet: {} is held by {} for {}", KeyText(key),
+                    HolderText(*fleet), absl::FormatDuration(fleet->remaining));
       // Another daemon tunes it: PENDING here, for as long as its lease.
       const absl::Duration proxy_ttl =
           std::clamp(fleet->remaining + absl::Milliseconds(100),
@@ -249,6 +276,7 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
     case FleetConnection::ClaimResult::kGranted:
       break;
   }
+  spdlog::debug("fleet: took fleet claim {} on {}", fleet->fence, KeyText(key));
   absl::StatusOr<v1::ClaimResponse> response =
       arbiter_->Claim(key, holder, ttl);
   if (response.ok() && response->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
@@ -315,7 +343,9 @@ void FleetLink::KeeperLoop() {
         absl::MutexLock lock(&mu_);
         if (in_flight_.contains(key_id)) continue;  // being recorded
       }
-      if (mine && now - h.renewed_at < options_.lease_ttl / 3) continue;
+      if (mine && (h.lost || now - h.renewed_at < options_.lease_ttl / 3)) {
+        continue;
+      }
       absl::StatusOr<bool> renewed = absl::UnavailableError("not connected");
       {
         absl::MutexLock lock(&claim_mu_);
@@ -324,8 +354,10 @@ void FleetLink::KeeperLoop() {
           renewed = claim_conn_->Renew(fingerprint_, key_id, h.fence,
                                        options_.lease_ttl);
         } else {
-          renewed = claim_conn_->Release(fingerprint_, key_id, h.fence);
-          if (renewed.ok()) renewed = false;
+          const absl::Status released =
+              claim_conn_->Release(fingerprint_, key_id, h.fence);
+          renewed = released.ok() ? absl::StatusOr<bool>(false)
+                                  : absl::StatusOr<bool>(released);
         }
         if (!renewed.ok() && !claim_conn_->ok()) claim_conn_.reset();
       }
@@ -335,13 +367,13 @@ void FleetLink::KeeperLoop() {
       if (it == held_.end() || it->second.fence != h.fence) continue;
       if (*renewed) {
         it->second.renewed_at = now;
+      } else if (mine) {
+        spdlog::warn(
+            "fleet: lost fleet claim {} on {} (its lease lapsed and another "
+            "daemon took it): the fleet will refuse this daemon's result",
+            h.fence, KeyText(h.key));
+        it->second.lost = true;
       } else {
-        if (mine) {
-          spdlog::warn(
-              "fleet: lost fleet claim {} on {} (its lease lapsed and another "
-              "daemon took it): this daemon's result will not be published",
-              h.fence, KeyText(h.key));
-        }
         held_.erase(it);
       }
     }
@@ -629,6 +661,8 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
           local.entry().execution().kernel());
     }
     lag = now - row.published_at;
+    spdlog::debug("fleet: adopting {} (seq {}) from {}", row.key_id, row.seq,
+                  row.publisher.instance);
     entries.push_back(std::move(entry));
   }
   absl::Status s =
@@ -717,6 +751,15 @@ void FleetLink::FollowerLoop() {
         });
       }
       if (s.ok()) s = (*conn)->Listen(fingerprint_);
+      if (s.ok()) {
+        // Claims work from the moment the link says it is connected.
+        absl::StatusOr<std::unique_ptr<FleetConnection>> claims = Connect();
+        s = claims.status();
+        if (s.ok()) {
+          absl::MutexLock lock(&claim_mu_);
+          claim_conn_ = std::move(*claims);
+        }
+      }
     }
     if (s.ok()) {
       {

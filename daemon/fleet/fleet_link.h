@@ -117,6 +117,9 @@ class FleetLink final : public FleetHooks {
     uint64_t fence = 0;
     uint64_t local_claim_id = 0;
     absl::Time renewed_at;
+    // Another daemon took the claim over (our lease lapsed): our result is
+    // still published under this fence, to be refused.
+    bool lost = false;
   };
   struct OutboxRow {
     int64_t id = 0;
@@ -126,6 +129,11 @@ class FleetLink final : public FleetHooks {
     std::string entry;
   };
 
+  // Claim, with no other Claim of the key in progress here.
+  absl::StatusOr<v1::ClaimResponse> ClaimOnce(const v1::Key& key,
+                                              const std::string& key_id,
+                                              absl::string_view holder,
+                                              absl::Duration ttl);
   void FollowerLoop();
   void PublisherLoop();
   void KeeperLoop();
@@ -168,6 +176,9 @@ class FleetLink final : public FleetHooks {
   absl::flat_hash_map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);
   // Keys waited on another daemon for, until that lease's end.
   absl::flat_hash_map<std::string, absl::Time> waited_ ABSL_GUARDED_BY(mu_);
+  // Keys a Claim is in progress for, and the signal that one ended.
+  absl::flat_hash_set<std::string> claiming_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar claimed_;
   // Records between PersistRecord and RecordCommitted: not published yet.
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
   // Outbox keys the fleet said another daemon holds: not before this time.

@@ -92,8 +92,13 @@ absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
     lengths.push_back(static_cast<int>(p.value.size()));
     formats.push_back(p.binary ? 1 : 0);
   }
-  Result r(PQexecParams(conn, sql, static_cast<int>(params.size()), nullptr,
-                        values.data(), lengths.data(), formats.data(), 0));
+  // Without parameters, the simple protocol: a migration is several
+  // statements.
+  Result r(params.empty()
+               ? PQexec(conn, sql)
+               : PQexecParams(conn, sql, static_cast<int>(params.size()),
+                              nullptr, values.data(), lengths.data(),
+                              formats.data(), 0));
   const ExecStatusType st = PQresultStatus(r.get());
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   const std::string message =
