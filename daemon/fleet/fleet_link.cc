@@ -1,6 +1,7 @@
 #include "daemon/fleet/fleet_link.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 )sql";
 
 // Feed rows adopted per transaction (and held in memory at once).
-constexpr int kFeedPage = 2000;
+constexpr int kFeedPage = 1000;
 // Outbox rows read per pass.
 constexpr int kOutboxPage = 64;
 
@@ -771,13 +772,19 @@ void FleetLink::FollowerLoop() {
       backoff = options_.retry_min;
       // Catch up, then follow: NOTIFY wakes us, the poll covers what a
       // notification cannot (it is not replayed).
+      int pages = 0;
       while (true) {
         absl::StatusOr<bool> more = FollowOnce(**conn);
         if (!more.ok()) {
           s = more.status();
           break;
         }
-        if (*more) continue;
+        if (*more) {
+          ++pages;
+          continue;
+        }
+        if (pages >= 8) malloc_trim(0);  // a large catch-up's transient pages
+        pages = 0;
         absl::StatusOr<bool> woke =
             (*conn)->WaitForNotify(options_.poll_interval, wake_fds_[0]);
         {

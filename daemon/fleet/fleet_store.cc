@@ -578,7 +578,7 @@ absl::StatusOr<std::vector<FleetConnection::FeedRow>> FleetConnection::ReadFeed(
       conn_,
       absl::StrCat("SELECT ", kRowColumns,
                    " FROM fleet_entries WHERE fingerprint = $1 AND seq > $2 "
-                   "ORDER BY seq LIMIT $3")
+                   "ORDER BY fingerprint, seq LIMIT $3")
           .c_str(),
       {Text(fingerprint), Int(after_seq), Int(static_cast<uint64_t>(limit))});
   if (!r.ok()) return r.status();
