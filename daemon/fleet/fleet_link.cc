@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 // Feed rows adopted per transaction (and held in memory at once).
 constexpr int kFeedPage = 1000;
 // Outbox rows read per pass.
-constexpr int kOutboxPage = 64;
+constexpr int kOutboxPage = 256;
 
 absl::Status SetState(Connection& db, const std::string& name,
                       const std::string& value) {
@@ -472,70 +472,62 @@ absl::StatusOr<std::vector<FleetLink::OutboxRow>> FleetLink::ReadOutbox(
   return rows;
 }
 
-absl::Status FleetLink::RemoveFromOutbox(int64_t id) {
-  bool removed = false;
+absl::Status FleetLink::RemoveFromOutbox(const std::vector<int64_t>& ids) {
+  uint64_t removed = 0;
   absl::Status s = store_->Transact([&](Connection& db) -> absl::Status {
     absl::StatusOr<Statement> st =
         db.Prepare("DELETE FROM fleet_outbox WHERE id = ?1");
     if (!st.ok()) return st.status();
-    st->BindInt(1, id);
-    if (auto s = st->Run(); !s.ok()) return s;
-    removed = db.Changes() > 0;
+    for (int64_t id : ids) {
+      st->BindInt(1, id);
+      if (auto s = st->Run(); !s.ok()) return s;
+      removed += static_cast<uint64_t>(db.Changes());
+      st->Reset();
+    }
     return absl::OkStatus();
   });
-  if (s.ok() && removed) {
+  if (s.ok()) {
     absl::MutexLock lock(&mu_);
-    if (outbox_depth_ > 0) --outbox_depth_;
+    outbox_depth_ -= std::min(outbox_depth_, removed);
   }
   return s;
 }
 
-bool FleetLink::PublishOne(FleetConnection& conn, const OutboxRow& row) {
-  absl::StatusOr<FleetConnection::PublishResult> r = conn.Publish(
-      fingerprint_, row.key_id, row.candidate_set, row.fence, row.entry, me_);
-  if (!r.ok()) {
-    if (!conn.ok()) return false;
-    spdlog::warn("fleet: publishing {} failed: {}; retrying", row.key_id,
-                 std::string(r.status().message()));
-    return false;
-  }
-  switch (r->outcome) {
+bool FleetLink::Answered(const OutboxRow& row,
+                         const FleetConnection::PublishResult& r) {
+  switch (r.outcome) {
     case FleetConnection::PublishResult::kAccepted:
       published_.fetch_add(1);
-      spdlog::debug("fleet: published {} at {}", row.key_id, r->seq);
+      spdlog::debug("fleet: published {} at {}", row.key_id, r.seq);
       break;
     case FleetConnection::PublishResult::kHeld: {
       // Its holder will publish; ours goes if that one never does.
       absl::MutexLock lock(&mu_);
       retry_at_[row.key_id] = clock_->Now() + options_.lease_ttl / 2;
-      return true;
+      return false;
     }
     case FleetConnection::PublishResult::kSuperseded:
     case FleetConnection::PublishResult::kCanonical:
       refused_.fetch_add(1);
-      if (r->outcome == FleetConnection::PublishResult::kSuperseded) {
+      if (r.outcome == FleetConnection::PublishResult::kSuperseded) {
         spdlog::warn("fleet: the publish of {} was refused: {}; {}", row.key_id,
-                     r->reason,
-                     r->canonical ? "adopting the fleet's entry"
-                                  : "keeping the local entry");
+                     r.reason,
+                     r.canonical ? "adopting the fleet's entry"
+                                 : "keeping the local entry");
       } else {
         spdlog::info(
             "fleet: {} already has a canonical entry in the fleet: replacing "
             "the local choice with it",
             row.key_id);
       }
-      if (r->canonical.has_value()) {
-        if (absl::Status s = Adopt({*r->canonical}, 0); !s.ok()) {
+      if (r.canonical.has_value()) {
+        if (absl::Status s = Adopt({*r.canonical}, 0); !s.ok()) {
           spdlog::warn("fleet: cannot adopt the fleet's entry for {}: {}",
                        row.key_id, std::string(s.message()));
-          return true;  // the feed brings it again
+          return false;  // asked again later
         }
       }
       break;
-  }
-  if (absl::Status s = RemoveFromOutbox(row.id); !s.ok()) {
-    spdlog::error("fleet: cannot remove {} from the outbox: {}", row.key_id,
-                  std::string(s.message()));
   }
   absl::MutexLock lock(&mu_);
   retry_at_.erase(row.key_id);
@@ -545,6 +537,7 @@ bool FleetLink::PublishOne(FleetConnection& conn, const OutboxRow& row) {
 void FleetLink::PublisherLoop() {
   std::unique_ptr<FleetConnection> conn;
   absl::Duration backoff = options_.retry_min;
+  size_t batch_limit = kOutboxPage;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -575,34 +568,60 @@ void FleetLink::PublisherLoop() {
                     std::string(rows.status().message()));
       continue;
     }
-    bool reached = true;
-    size_t answered = 0;
-    for (const OutboxRow& row : *rows) {
-      {
-        absl::MutexLock lock(&mu_);
+    // Rows waiting on something (a Record not committed yet, another
+    // daemon's claim) are looked at again within a second, by the timed
+    // wait above.
+    std::vector<const OutboxRow*> batch;
+    std::vector<FleetConnection::PublishRequest> requests;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const OutboxRow& row : *rows) {
         if (in_flight_.contains(row.key_id)) continue;
         auto retry = retry_at_.find(row.key_id);
         if (retry != retry_at_.end() && retry->second > clock_->Now()) continue;
+        if (batch.size() == batch_limit) break;
+        batch.push_back(&row);
+        requests.push_back(
+            {row.key_id, row.candidate_set, row.fence, row.entry});
       }
-      if (!PublishOne(*conn, row)) {
-        reached = false;
-        break;
-      }
-      ++answered;
     }
-    if (!reached) {
+    if (batch.empty()) continue;
+    // One transaction for the batch: one lock, one NOTIFY.
+    absl::StatusOr<std::vector<FleetConnection::PublishResult>> results =
+        conn->PublishAll(fingerprint_, requests, me_);
+    if (!results.ok()) {
+      if (conn->ok()) {
+        // The fleet answered, with an error: find the row it is about one
+        // row at a time, and let that one wait while the others go.
+        spdlog::warn("fleet: publishing {} (and {} more) failed: {}; retrying",
+                     batch.front()->key_id, batch.size() - 1,
+                     std::string(results.status().message()));
+        if (batch.size() == 1) {
+          absl::MutexLock lock(&mu_);
+          retry_at_[batch.front()->key_id] = clock_->Now() + options_.retry_max;
+        }
+        batch_limit = 1;
+      }
       if (!Nap(backoff)) return;
       backoff = std::min(backoff * 2, options_.retry_max);
-    } else {
-      backoff = options_.retry_min;
+      absl::MutexLock lock(&mu_);
+      outbox_ready_ = true;
+      continue;
+    }
+    backoff = options_.retry_min;
+    batch_limit = kOutboxPage;
+    std::vector<int64_t> done;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (Answered(*batch[i], (*results)[i])) done.push_back(batch[i]->id);
+    }
+    if (absl::Status s = RemoveFromOutbox(done); !s.ok()) {
+      spdlog::error(
+          "fleet: cannot remove {} published records from the "
+          "outbox: {} (they will be published again, harmlessly)",
+          done.size(), std::string(s.message()));
     }
     absl::MutexLock lock(&mu_);
-    // More to do now: a full page, or a failure to retry.
-    if (!reached || (answered > 0 && rows->size() == kOutboxPage)) {
-      outbox_ready_ = true;
-    }
-    // Rows left waiting (held elsewhere, in flight) are looked at again
-    // within a second, by the timed wait above.
+    if (rows->size() == static_cast<size_t>(kOutboxPage)) outbox_ready_ = true;
   }
 }
 

@@ -153,9 +153,10 @@ class FleetLink final : public FleetHooks {
   absl::Status Adopt(const std::vector<FleetConnection::FeedRow>& rows,
                      uint64_t feed_seq);
   absl::StatusOr<std::vector<OutboxRow>> ReadOutbox(int limit);
-  absl::Status RemoveFromOutbox(int64_t id);
-  // Answers one outbox row; false when the fleet could not be reached.
-  bool PublishOne(FleetConnection& conn, const OutboxRow& row);
+  absl::Status RemoveFromOutbox(const std::vector<int64_t>& ids);
+  // Acts on the fleet's answer to one outbox row (counts, logs, adopts the
+  // canonical entry); true when the row is done with.
+  bool Answered(const OutboxRow& row, const FleetConnection::PublishResult& r);
 
   // Constant after construction.
   const FleetOptions options_;

@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -225,6 +226,107 @@ absl::StatusOr<std::optional<FleetConnection::FeedRow>> Canonical(
   return std::optional<FleetConnection::FeedRow>(RowAt(*r, 0));
 }
 
+// One publish, inside a transaction that holds the fingerprint's feed lock
+// (FleetConnection::Publish states the rules).
+absl::StatusOr<FleetConnection::PublishResult> PublishLocked(
+    PGconn* conn_, const std::string& fingerprint,
+    const FleetConnection::PublishRequest& request, const FleetIdentity& me) {
+  using PublishResult = FleetConnection::PublishResult;
+  using FeedRow = FleetConnection::FeedRow;
+  const std::string& key_id = request.key_id;
+  const std::string& candidate_set = request.candidate_set;
+  const uint64_t fence = request.fence;
+  const std::string& entry = request.entry;
+  PublishResult result;
+  auto canonical = [&] {
+    return Canonical(conn_, fingerprint, key_id, candidate_set);
+  };
+  // The key's claim, locked: claims wait for this publish.
+  absl::StatusOr<Result> claim = Exec(
+      conn_,
+      "SELECT fence, host, gpu, instance, released, "
+      "  expires_at > clock_timestamp() "
+      "FROM fleet_claims WHERE fingerprint = $1 AND key_id = $2 FOR UPDATE",
+      {Text(fingerprint), Text(key_id)});
+  if (!claim.ok()) return claim.status();
+  const bool has_claim = PQntuples(claim->get()) == 1;
+  const uint64_t claim_fence = has_claim ? UintValue(*claim, 0, 0) : 0;
+  const std::string holder =
+      has_claim ? absl::StrCat(Value(*claim, 0, 1), " ", Value(*claim, 0, 2))
+                : "";
+  if (fence != 0 && claim_fence != fence) {
+    result.outcome = PublishResult::kSuperseded;
+    result.reason =
+        has_claim
+            ? absl::StrCat("fleet claim ", fence, " was superseded by claim ",
+                           claim_fence, " of ", holder)
+            : absl::StrCat("fleet claim ", fence, " no longer exists");
+    absl::StatusOr<std::optional<FeedRow>> c = canonical();
+    if (!c.ok()) return c.status();
+    result.canonical = std::move(*c);
+    return result;
+  }
+  if (fence == 0 && has_claim && !BoolValue(*claim, 0, 4) &&
+      BoolValue(*claim, 0, 5) && Value(*claim, 0, 3) != me.instance) {
+    result.outcome = PublishResult::kHeld;
+    result.reason =
+        absl::StrCat("fleet claim ", claim_fence, " of ", holder, " is live");
+    return result;
+  }
+  absl::StatusOr<std::optional<FeedRow>> existing = canonical();
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) {
+    if ((*existing)->publisher.instance == me.instance &&
+        (*existing)->fence == fence) {
+      result.outcome = PublishResult::kAccepted;  // a retry of ours
+      result.seq = (*existing)->seq;
+      return result;
+    }
+    result.outcome = PublishResult::kCanonical;
+    result.canonical = std::move(*existing);
+    return result;
+  }
+  absl::StatusOr<Result> inserted = Exec(
+      conn_,
+      "INSERT INTO fleet_entries AS e (fingerprint, key_id, candidate_set, "
+      "  seq, fence, host, gpu, instance, entry) "
+      "VALUES ($1, $2, $3, nextval('fleet_feed'), $4, $5, $6, $7, $8) "
+      "ON CONFLICT (fingerprint, key_id, candidate_set) DO UPDATE SET "
+      "  seq = EXCLUDED.seq, deleted = false, fence = EXCLUDED.fence, "
+      "  host = EXCLUDED.host, gpu = EXCLUDED.gpu, "
+      "  instance = EXCLUDED.instance, entry = EXCLUDED.entry, "
+      "  published_at = clock_timestamp() "
+      "WHERE e.deleted "
+      "RETURNING seq",
+      {Text(fingerprint), Text(key_id), Text(candidate_set), Int(fence),
+       Text(me.host), Text(me.gpu), Text(me.instance), Bytes(entry)});
+  if (!inserted.ok()) return inserted.status();
+  if (PQntuples(inserted->get()) != 1) {
+    return absl::UnavailableError("the fleet entry changed meanwhile: retry");
+  }
+  result.outcome = PublishResult::kAccepted;
+  result.seq = UintValue(*inserted, 0, 0);
+  // The claim ends with the publish. An unfenced publish leaves a released
+  // claim row, so that later claims of the key wait on its row too.
+  absl::StatusOr<Result> released =
+      fence != 0
+          ? Exec(conn_,
+                 "UPDATE fleet_claims SET released = true WHERE "
+                 "fingerprint = $1 AND key_id = $2 AND fence = $3",
+                 {Text(fingerprint), Text(key_id), Int(fence)})
+          : Exec(conn_,
+                 "INSERT INTO fleet_claims AS c (fingerprint, key_id, fence, "
+                 "  host, gpu, instance, expires_at, released) "
+                 "VALUES ($1, $2, nextval('fleet_fence'), $3, $4, $5, "
+                 "        clock_timestamp(), true) "
+                 "ON CONFLICT (fingerprint, key_id) DO UPDATE SET "
+                 "  released = true",
+                 {Text(fingerprint), Text(key_id), Text(me.host), Text(me.gpu),
+                  Text(me.instance)});
+  if (!released.ok()) return released.status();
+  return result;
+}
+
 }  // namespace
 
 std::string RedactConnInfo(const std::string& conninfo) {
@@ -438,106 +540,42 @@ absl::StatusOr<FleetConnection::PublishResult> FleetConnection::Publish(
     const std::string& fingerprint, const std::string& key_id,
     const std::string& candidate_set, uint64_t fence, const std::string& entry,
     const FleetIdentity& me) {
+  absl::StatusOr<std::vector<PublishResult>> results = PublishAll(
+      fingerprint, {PublishRequest{key_id, candidate_set, fence, entry}}, me);
+  if (!results.ok()) return results.status();
+  return std::move(results->front());
+}
+
+absl::StatusOr<std::vector<FleetConnection::PublishResult>>
+FleetConnection::PublishAll(const std::string& fingerprint,
+                            const std::vector<PublishRequest>& requests,
+                            const FleetIdentity& me) {
   if (auto s = CheckFingerprint(fingerprint); !s.ok()) return s;
-  return InTransaction<
-      PublishResult>(conn_, [&]() -> absl::StatusOr<PublishResult> {
-    PublishResult result;
-    if (auto r = Exec(conn_, kFeedLock, {Text(fingerprint)}); !r.ok()) {
-      return r.status();
-    }
-    auto canonical = [&] {
-      return Canonical(conn_, fingerprint, key_id, candidate_set);
-    };
-    // The key's claim, locked: claims wait for this publish.
-    absl::StatusOr<Result> claim = Exec(
-        conn_,
-        "SELECT fence, host, gpu, instance, released, "
-        "  expires_at > clock_timestamp() "
-        "FROM fleet_claims WHERE fingerprint = $1 AND key_id = $2 FOR UPDATE",
-        {Text(fingerprint), Text(key_id)});
-    if (!claim.ok()) return claim.status();
-    const bool has_claim = PQntuples(claim->get()) == 1;
-    const uint64_t claim_fence = has_claim ? UintValue(*claim, 0, 0) : 0;
-    const std::string holder =
-        has_claim ? absl::StrCat(Value(*claim, 0, 1), " ", Value(*claim, 0, 2))
-                  : "";
-    if (fence != 0 && claim_fence != fence) {
-      result.outcome = PublishResult::kSuperseded;
-      result.reason =
-          has_claim
-              ? absl::StrCat("fleet claim ", fence, " was superseded by claim ",
-                             claim_fence, " of ", holder)
-              : absl::StrCat("fleet claim ", fence, " no longer exists");
-      absl::StatusOr<std::optional<FeedRow>> c = canonical();
-      if (!c.ok()) return c.status();
-      result.canonical = std::move(*c);
-      return result;
-    }
-    if (fence == 0 && has_claim && !BoolValue(*claim, 0, 4) &&
-        BoolValue(*claim, 0, 5) && Value(*claim, 0, 3) != me.instance) {
-      result.outcome = PublishResult::kHeld;
-      result.reason =
-          absl::StrCat("fleet claim ", claim_fence, " of ", holder, " is live");
-      return result;
-    }
-    absl::StatusOr<std::optional<FeedRow>> existing = canonical();
-    if (!existing.ok()) return existing.status();
-    if (existing->has_value()) {
-      if ((*existing)->publisher.instance == me.instance &&
-          (*existing)->fence == fence) {
-        result.outcome = PublishResult::kAccepted;  // a retry of ours
-        result.seq = (*existing)->seq;
-        return result;
-      }
-      result.outcome = PublishResult::kCanonical;
-      result.canonical = std::move(*existing);
-      return result;
-    }
-    absl::StatusOr<Result> inserted = Exec(
-        conn_,
-        "INSERT INTO fleet_entries AS e (fingerprint, key_id, candidate_set, "
-        "  seq, fence, host, gpu, instance, entry) "
-        "VALUES ($1, $2, $3, nextval('fleet_feed'), $4, $5, $6, $7, $8) "
-        "ON CONFLICT (fingerprint, key_id, candidate_set) DO UPDATE SET "
-        "  seq = EXCLUDED.seq, deleted = false, fence = EXCLUDED.fence, "
-        "  host = EXCLUDED.host, gpu = EXCLUDED.gpu, "
-        "  instance = EXCLUDED.instance, entry = EXCLUDED.entry, "
-        "  published_at = clock_timestamp() "
-        "WHERE e.deleted "
-        "RETURNING seq",
-        {Text(fingerprint), Text(key_id), Text(candidate_set), Int(fence),
-         Text(me.host), Text(me.gpu), Text(me.instance), Bytes(entry)});
-    if (!inserted.ok()) return inserted.status();
-    if (PQntuples(inserted->get()) != 1) {
-      return absl::UnavailableError("the fleet entry changed meanwhile: retry");
-    }
-    result.outcome = PublishResult::kAccepted;
-    result.seq = UintValue(*inserted, 0, 0);
-    // The claim ends with the publish. An unfenced publish leaves a released
-    // claim row, so that later claims of the key wait on its row too.
-    absl::StatusOr<Result> released =
-        fence != 0
-            ? Exec(conn_,
-                   "UPDATE fleet_claims SET released = true WHERE "
-                   "fingerprint = $1 AND key_id = $2 AND fence = $3",
-                   {Text(fingerprint), Text(key_id), Int(fence)})
-            : Exec(conn_,
-                   "INSERT INTO fleet_claims AS c (fingerprint, key_id, fence, "
-                   "  host, gpu, instance, expires_at, released) "
-                   "VALUES ($1, $2, nextval('fleet_fence'), $3, $4, $5, "
-                   "        clock_timestamp(), true) "
-                   "ON CONFLICT (fingerprint, key_id) DO UPDATE SET "
-                   "  released = true",
-                   {Text(fingerprint), Text(key_id), Text(me.host),
-                    Text(me.gpu), Text(me.instance)});
-    if (!released.ok()) return released.status();
-    if (auto r = Exec(conn_, "SELECT pg_notify($1, $2)",
-                      {Text(Channel(fingerprint)), Int(result.seq)});
-        !r.ok()) {
-      return r.status();
-    }
-    return result;
-  });
+  return InTransaction<std::vector<PublishResult>>(
+      conn_, [&]() -> absl::StatusOr<std::vector<PublishResult>> {
+        if (auto r = Exec(conn_, kFeedLock, {Text(fingerprint)}); !r.ok()) {
+          return r.status();
+        }
+        std::vector<PublishResult> results;
+        uint64_t last_seq = 0;
+        for (const PublishRequest& request : requests) {
+          absl::StatusOr<PublishResult> r =
+              PublishLocked(conn_, fingerprint, request, me);
+          if (!r.ok()) return r.status();
+          if (r->outcome == PublishResult::kAccepted) {
+            last_seq = std::max(last_seq, r->seq);
+          }
+          results.push_back(std::move(*r));
+        }
+        if (last_seq != 0) {
+          if (auto r = Exec(conn_, "SELECT pg_notify($1, $2)",
+                            {Text(Channel(fingerprint)), Int(last_seq)});
+              !r.ok()) {
+            return r.status();
+          }
+        }
+        return results;
+      });
 }
 
 absl::StatusOr<uint64_t> FleetConnection::Delete(

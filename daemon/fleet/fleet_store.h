@@ -143,6 +143,20 @@ class FleetConnection {
                                         const std::string& entry,
                                         const FleetIdentity& me);
 
+  // One publish of PublishAll.
+  struct PublishRequest {
+    std::string key_id;
+    std::string candidate_set;
+    uint64_t fence = 0;
+    std::string entry;
+  };
+  // Publish for each request, in one transaction (one lock, one NOTIFY):
+  // an answer per request, in order; or an error for all of them (nothing
+  // published).
+  absl::StatusOr<std::vector<PublishResult>> PublishAll(
+      const std::string& fingerprint,
+      const std::vector<PublishRequest>& requests, const FleetIdentity& me);
+
   // Marks the fingerprint's entries for these key ids deleted (all of them
   // when key_ids is empty): re-tuning fleet-wide. The deletions travel
   // through the feed. Returns how many were deleted.
