@@ -93,6 +93,14 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   about.AddRow({"default time", ShortDuration(e.default_time())});
   about.AddRow({"speedup", ShortSpeedup(e.speedup())});
   about.AddRow({"source", SourceName(e.source())});
+  if (e.has_fleet()) {
+    about.AddRow(
+        {"from fleet",
+         absl::StrCat("published by ", e.fleet().host(), " ", e.fleet().gpu(),
+                      " (", SourceName(e.fleet().published_source()),
+                      "-measured; fleet claim ", e.fleet().fence(),
+                      ", feed position ", e.fleet().seq(), ")")});
+  }
   about.AddRow({"measured at", ShortTime(e.measured_at()) + " UTC"});
   about.AddRow(
       {"recorded by", e.recorded_by().empty() ? "-" : e.recorded_by()});

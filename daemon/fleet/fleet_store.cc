@@ -79,8 +79,21 @@ Param Text(std::string v) { return {std::move(v), false}; }
 Param Int(uint64_t v) { return {absl::StrCat(v), false}; }
 Param Bytes(std::string v) { return {std::move(v), true}; }
 
+// libpq's messages span lines ("...\n\tIs the server running..."): one
+// line, for logs and GetStatus.
 std::string Trim(const char* message) {
-  return std::string(absl::StripAsciiWhitespace(message));
+  std::string out;
+  bool space = false;
+  for (char c : absl::StripAsciiWhitespace(message)) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      space = true;
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
 }
 
 absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,

@@ -436,3 +436,51 @@ TEST_CASE(
 }
 
 }  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE(
+    "a daemon role with only the documented grants claims, publishes and "
+    "follows, and cannot create the schema") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string owner = pg.CreateDatabase("granted");
+  {
+    DaemonProcess maker(FleetFlags(owner));  // the owner makes the schema
+    REQUIRE(WaitUntil([&] { return Connected(maker); }));
+  }
+  pg.CreateDatabase("empty");
+  // docs/operations.md, "Roles and grants".
+  pg.Query("postgres", "CREATE ROLE gputune_daemon LOGIN PASSWORD 'daemon-pw'");
+  pg.Query("granted",
+           "GRANT CONNECT ON DATABASE granted TO gputune_daemon;"
+           "GRANT USAGE ON SCHEMA public TO gputune_daemon;"
+           "GRANT SELECT ON fleet_meta TO gputune_daemon;"
+           "GRANT SELECT, INSERT, UPDATE ON fleet_entries, fleet_claims TO "
+           "gputune_daemon;"
+           "GRANT USAGE ON SEQUENCE fleet_fence, fleet_feed TO gputune_daemon");
+  auto as_daemon = [&](const std::string& db) {
+    return "host=" + pg.socket_dir() + " dbname=" + db +
+           " user=gputune_daemon password=daemon-pw";
+  };
+  DaemonProcess a(FleetFlags(as_daemon("granted")));
+  DaemonProcess b(FleetFlags(as_daemon("granted")));
+  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  const v1::Key key = DenseKey(9, 128, 128);
+  REQUIRE(RunClientProcesses({a.endpoint(), b.endpoint()}, {key}) == 2);
+  CHECK(Status(a).jobs_completed() + Status(b).jobs_completed() == 1);
+  CHECK(pg.QueryNumber("granted", "SELECT count(*) FROM fleet_entries") == 1);
+  REQUIRE(ClaimAndRecord(a, DenseKey(10, 64, 64), "granted-kernel").ok());
+  REQUIRE(WaitUntil([&] {
+    return Lookup(b, DenseKey(10, 64, 64)).state() == v1::KEY_STATE_HIT;
+  }));
+
+  DaemonProcess fresh(FleetFlags(as_daemon("empty")));
+  REQUIRE(WaitUntil([&] {
+    return Status(fresh).fleet().error().find("this role may not") !=
+           std::string::npos;
+  }));
+  CHECK_FALSE(Status(fresh).fleet().connected());
+}
+
+}  // namespace gputune
