@@ -19,7 +19,7 @@ const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
       "endpoint", "device", "timeout",      "op",         "phase",
       "role",     "state",  "limit",        "page-token", "ttl",
-      "holder",   "reason", "autotune-log", "poll"};
+      "holder",   "reason", "autotune-log", "poll",       "fleet"};
   return *flags;
 }
 
@@ -136,6 +136,10 @@ commands:
       [--limit=N] [--page-token=T] [--all] [--with-measurements]
   get KEY                       one entry with every candidate's measurements
   delete KEY... | --op/--phase/--role/--state filters | --all
+      [--fleet=CONNINFO]  also delete the KEYs (or, with --all, every entry
+                          of this daemon's fingerprint) from the fleet, as
+                          the PostgreSQL role CONNINFO names: every daemon
+                          of the fleet drops them and re-tunes on demand
   export FILE                   every entry (with its provenance) as JSON
                                 lines; FILE '-' is stdout; filters as in list
   import FILE                   entries from an export; every line is checked

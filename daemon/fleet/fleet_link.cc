@@ -635,11 +635,11 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
   absl::Duration lag;
   const absl::Time now = clock_->Now();
   for (const FleetConnection::FeedRow& row : rows) {
-    if (row.publisher.instance == me_.instance) continue;  // ours
-    if (row.deleted) {
+    if (row.deleted) {  // deleted fleet-wide: here too, ours or not
       erased.push_back(row.key_id);
       continue;
     }
+    if (row.publisher.instance == me_.instance) continue;  // ours
     v1::Entry entry;
     // From another process: parsed by protobuf and checked like an import.
     if (!entry.ParseFromString(row.entry)) {
@@ -820,18 +820,6 @@ void FleetLink::FollowerLoop() {
     if (!Nap(backoff)) return;
     backoff = std::min(backoff * 2, options_.retry_max);
   }
-}
-
-absl::StatusOr<uint64_t> FleetLink::DeleteFromFleet(
-    const std::vector<std::string>& key_ids) {
-  absl::MutexLock lock(&claim_mu_);
-  if (claim_conn_ == nullptr) {
-    absl::MutexLock state(&mu_);
-    return absl::UnavailableError(
-        absl::StrCat("the fleet is not reachable (", error_,
-                     "): nothing was deleted there; retry when it is"));
-  }
-  return claim_conn_->Delete(fingerprint_, key_ids);
 }
 
 void FleetLink::FillStatus(v1::FleetStatus* status) const {

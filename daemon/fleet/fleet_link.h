@@ -102,11 +102,6 @@ class FleetLink final : public FleetHooks {
   void RecordCommitted(const v1::Key& key) override;
   void FillStatus(v1::FleetStatus* status) const override;
 
-  // Marks the fleet's entries for these keys deleted (all when empty), for
-  // re-tuning fleet-wide; every daemon drops them through the feed.
-  absl::StatusOr<uint64_t> DeleteFromFleet(
-      const std::vector<std::string>& key_ids);
-
  private:
   FleetLink(const FleetOptions& options, FleetIdentity me,
             std::string fingerprint_digest, storage::TuneStore* store,

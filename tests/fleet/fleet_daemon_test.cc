@@ -9,15 +9,18 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "client/gputunectl/commands.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "proto/key_format.h"
 #include "proto/proto_time.h"
 #include "tests/fleet/fleet_test_support.h"
 #include "tests/support/catch.h"
@@ -481,6 +484,47 @@ TEST_CASE(
            std::string::npos;
   }));
   CHECK_FALSE(Status(fresh).fleet().connected());
+}
+
+}  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE(
+    "gputunectl delete --fleet drops an entry from every daemon of the fleet, "
+    "and the next TuneDense tunes it again") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("retune");
+  DaemonProcess a(FleetFlags(conninfo));
+  DaemonProcess b(FleetFlags(conninfo));
+  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  const v1::Key key = DenseKey(11, 128, 128);
+  const v1::Key kept = DenseKey(12, 128, 128);
+  REQUIRE(RunClientProcesses({a.endpoint()}, {key, kept}) == 1);
+  REQUIRE(WaitUntil([&] { return AllHit(b, {key, kept}); }));
+
+  std::ostringstream out, err;
+  const int code = ctl::Main({"--endpoint=" + a.endpoint(), "delete",
+                              KeyText(key), "--fleet=" + conninfo},
+                             out, err);
+  INFO(out.str() << err.str());
+  REQUIRE(code == 0);
+  CHECK(out.str().find("deleted 1 entry from the fleet") != std::string::npos);
+  // Both daemons drop it (b through the feed), and keep the other key.
+  REQUIRE(WaitUntil([&] {
+    return Lookup(b, key).state() == v1::KEY_STATE_MISS &&
+           Lookup(a, key).state() == v1::KEY_STATE_MISS;
+  }));
+  CHECK(Lookup(b, kept).state() == v1::KEY_STATE_HIT);
+
+  const uint64_t jobs_before = Status(b).jobs_completed();
+  REQUIRE(RunClientProcesses({b.endpoint()}, {key}) == 1);
+  CHECK(Status(b).jobs_completed() == jobs_before + 1);
+  REQUIRE(WaitUntil([&] { return AllHit(a, {key}); }));
+  CHECK(pg.QueryNumber(
+            "retune", "SELECT count(*) FROM fleet_entries WHERE NOT deleted") ==
+        2);
 }
 
 }  // namespace gputune
