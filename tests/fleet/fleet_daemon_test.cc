@@ -171,6 +171,22 @@ int RunClientProcesses(const std::vector<std::string>& endpoints,
 
 bool Connected(const DaemonProcess& d) { return Status(d).fleet().connected(); }
 
+// A PostgreSQL server with one fleet database and two daemons linked to it
+// (a with extra flags `a_flags`): `auto& [pg, conninfo, a, b] = fleet;`.
+struct FleetPair {
+  explicit FleetPair(const std::string& db,
+                     std::vector<std::string> a_flags = {})
+      : conninfo(pg.CreateDatabase(db)),
+        a(FleetFlags(conninfo, std::move(a_flags))),
+        b(FleetFlags(conninfo)) {
+    REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  }
+  PostgresServer pg;
+  std::string conninfo;
+  DaemonProcess a;
+  DaemonProcess b;
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -255,11 +271,8 @@ TEST_CASE(
     "Records acknowledged while PostgreSQL is down, across a kill -9 of the "
     "publisher, reach the fleet and the other daemons once it is back") {
   GPUTUNE_REQUIRE_POSTGRES();
-  PostgresServer pg;
-  const std::string conninfo = pg.CreateDatabase("outage");
-  DaemonProcess a(FleetFlags(conninfo));
-  DaemonProcess b(FleetFlags(conninfo));
-  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  FleetPair fleet("outage");
+  auto& [pg, conninfo, a, b] = fleet;
 
   pg.Stop();
   REQUIRE(WaitUntil([&] { return !Connected(a); }));
@@ -304,12 +317,9 @@ TEST_CASE(
     "a fleet holder stopped past its lease is taken over; after it resumes "
     "its publish is refused and the canonical entry stands") {
   GPUTUNE_REQUIRE_POSTGRES();
-  PostgresServer pg;
-  const std::string conninfo = pg.CreateDatabase("fence");
   // A benchmarks slowly, so that it can be stopped while it holds the key.
-  DaemonProcess a(FleetFlags(conninfo, {"--tune_budget=3s"}));
-  DaemonProcess b(FleetFlags(conninfo));
-  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  FleetPair fleet("fence", {"--tune_budget=3s"});
+  auto& [pg, conninfo, a, b] = fleet;
   const v1::Key key = DenseKey(5, 128, 128);
   {
     v1::TuneDenseRequest req;
@@ -494,11 +504,8 @@ TEST_CASE(
     "gputunectl delete --fleet drops an entry from every daemon of the fleet, "
     "and the next TuneDense tunes it again") {
   GPUTUNE_REQUIRE_POSTGRES();
-  PostgresServer pg;
-  const std::string conninfo = pg.CreateDatabase("retune");
-  DaemonProcess a(FleetFlags(conninfo));
-  DaemonProcess b(FleetFlags(conninfo));
-  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  FleetPair fleet("retune");
+  auto& [pg, conninfo, a, b] = fleet;
   const v1::Key key = DenseKey(11, 128, 128);
   const v1::Key kept = DenseKey(12, 128, 128);
   REQUIRE(RunClientProcesses({a.endpoint()}, {key, kept}) == 1);
