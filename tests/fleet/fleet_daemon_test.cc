@@ -191,7 +191,7 @@ struct FleetPair {
 
 TEST_CASE(
     "3 daemons x 4 client processes asking for 4 new keys run 4 jobs in the "
-    "whole fleet and answer identical executions; a late daemon is warm at "
+    "whole fleet and answer identical executions, and a late daemon is warm at "
     "once") {
   GPUTUNE_REQUIRE_POSTGRES();
   PostgresServer pg;
@@ -314,7 +314,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a fleet holder stopped past its lease is taken over; after it resumes "
+    "a fleet holder stopped past its lease is taken over, and after it resumes "
     "its publish is refused and the canonical entry stands") {
   GPUTUNE_REQUIRE_POSTGRES();
   // A benchmarks slowly, so that it can be stopped while it holds the key.

@@ -90,7 +90,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a fleet claim is exclusive until its lease lapses; fences never repeat") {
+    "a fleet claim is exclusive until its lease lapses, and fences never "
+    "repeat") {
   GPUTUNE_REQUIRE_POSTGRES();
   PostgresServer pg;
   auto a = Connect(pg.CreateDatabase("claims"));
@@ -136,7 +137,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a superseded holder's publish is refused; the first publish is "
+    "a superseded holder's publish is refused, and the first publish is "
     "canonical") {
   GPUTUNE_REQUIRE_POSTGRES();
   PostgresServer pg;
