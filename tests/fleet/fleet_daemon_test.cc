@@ -350,7 +350,9 @@ TEST_CASE(
   const std::string b_instance = Status(b).fleet().instance();
   const std::string canonical_query =
       "SELECT instance FROM fleet_entries WHERE NOT deleted";
-  REQUIRE(pg.Query("fence", canonical_query).size() == 1);
+  // B's Record is published in the background, after TuneDense answered.
+  REQUIRE(WaitUntil(
+      [&] { return pg.Query("fence", canonical_query).size() == 1; }));
   CHECK(pg.Query("fence", canonical_query)[0][0] == b_instance);
 
   REQUIRE(kill(a.pid(), SIGCONT) == 0);
