@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 
 // Feed rows adopted per transaction (and held in memory at once).
 constexpr int kFeedPage = 1000;
+// An entry (8-64 candidates' measurements) is a few KiB; anything near this
+// is not one gputuned wrote.
+constexpr size_t kMaxFleetEntryBytes = 1 << 20;
 // Outbox rows read per pass.
 constexpr int kOutboxPage = 256;
 
@@ -641,7 +644,15 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
     }
     if (row.publisher.instance == me_.instance) continue;  // ours
     v1::Entry entry;
-    // From another process: parsed by protobuf and checked like an import.
+    // From another process: bounded, parsed by protobuf and checked like an
+    // import.
+    if (row.entry.size() > kMaxFleetEntryBytes) {
+      spdlog::warn(
+          "fleet: the entry for {} at {} is {} bytes (at most {}): "
+          "skipped",
+          row.key_id, row.seq, row.entry.size(), kMaxFleetEntryBytes);
+      continue;
+    }
     if (!entry.ParseFromString(row.entry)) {
       spdlog::warn("fleet: the entry for {} at {} does not parse: skipped",
                    row.key_id, row.seq);

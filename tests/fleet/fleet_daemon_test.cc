@@ -17,6 +17,7 @@
 #include "client/gputunectl/commands.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -278,6 +279,13 @@ TEST_CASE(
   REQUIRE(WaitUntil([&] { return !Connected(a); }));
   const v1::FleetStatus down = Status(a).fleet();
   CHECK_FALSE(down.error().empty());
+  {
+    grpc::health::v1::HealthCheckResponse health;
+    REQUIRE(grpc::health::v1::Health::NewStub(a.Channel())
+                ->Check(Ctx().get(), {}, &health)
+                .ok());
+    CHECK(health.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+  }
   // Health stays SERVING; Records are acknowledged locally.
   std::vector<v1::Key> keys;
   for (int i = 0; i < 6; ++i) keys.push_back(DenseKey(10 + i, 64, 64));
