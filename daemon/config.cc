@@ -180,6 +180,21 @@ const std::vector<Option>& Options() {
            "SQLite synchronous=FULL (survives power loss) rather than NORMAL "
            "(survives a process crash)",
            &Config::db_sync_full),
+      Text("fleet",
+           "fleet tier: a libpq connection string or postgresql:// URI "
+           "(empty: no fleet); passwords from PGPASSFILE or ~/.pgpass",
+           &Config::fleet),
+      Dur("fleet_lease_ttl",
+          "lease of a fleet claim (renewed while tuning; a holder silent "
+          "this long is taken over)",
+          &Config::fleet_lease_ttl),
+      Dur("fleet_poll_interval",
+          "how often the fleet feed is read when no NOTIFY came",
+          &Config::fleet_poll_interval),
+      Int("fleet_outbox_limit",
+          "records waiting to be published to the fleet, at most (then kept "
+          "locally only)",
+          &Config::fleet_outbox_limit, 1, 1 << 30),
       Int("max_message_bytes", "largest gRPC message",
           &Config::max_message_bytes, 4096, 1 << 30),
       Dur("shutdown_grace", "how long SIGTERM waits for calls in flight",
@@ -309,6 +324,10 @@ absl::StatusOr<Config> ParseConfig(
     return absl::InvalidArgumentError(
         "--tls_cert_file and --tls_key_file go together: give both or "
         "neither");
+  }
+  if (config.fleet_lease_ttl < absl::Milliseconds(300)) {
+    return absl::InvalidArgumentError(
+        "--fleet_lease_ttl: at least 300ms (it is renewed every third)");
   }
   if (config.lease_ttl > config.max_lease_ttl) {
     return absl::InvalidArgumentError(

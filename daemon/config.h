@@ -75,6 +75,13 @@ struct Config {
   // Storage.
   bool db_sync_full = true;  // synchronous=FULL (else NORMAL)
 
+  // The fleet tier: a libpq connection string or postgresql:// URI; empty:
+  // no fleet. The password is best kept in PGPASSFILE / ~/.pgpass.
+  std::string fleet;
+  absl::Duration fleet_lease_ttl = absl::Seconds(30);     // fleet claim lease
+  absl::Duration fleet_poll_interval = absl::Seconds(1);  // feed without NOTIFY
+  int fleet_outbox_limit = 100000;  // records waiting to be published, at most
+
   // Server.
   int max_message_bytes = 64 << 20;
   // How long SIGTERM lets calls in flight finish. gRPC's Server::Shutdown

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/backend_factory.h"
+#include "daemon/fleet/fleet_link.h"
 #include "daemon/logging.h"
 #include "daemon/metrics.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -252,6 +253,34 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
   d->admin_service_->set_metrics(d->metrics_.get());
   d->tune_service_->set_metrics(d->metrics_.get());
+  if (!config.fleet.empty()) {
+    if (!info.fingerprint_digest) {
+      spdlog::warn(
+          "--fleet is set but this daemon's device is unknown (no backend): "
+          "without a fingerprint it cannot join a fleet; serving locally");
+    } else {
+      fleet::FleetOptions fleet_options;
+      fleet_options.conninfo = config.fleet;
+      fleet_options.lease_ttl = config.fleet_lease_ttl;
+      fleet_options.poll_interval = config.fleet_poll_interval;
+      fleet_options.outbox_limit =
+          static_cast<uint64_t>(config.fleet_outbox_limit);
+      absl::StatusOr<std::unique_ptr<fleet::FleetLink>> link =
+          fleet::FleetLink::Create(
+              fleet_options,
+              fleet::MakeIdentity(info.fingerprint, config.device),
+              *info.fingerprint_digest, d->store_.get(), d->arbiter_.get(),
+              &d->clock_);
+      if (!link.ok()) {
+        return absl::Status(link.status().code(),
+                            absl::StrCat("--fleet: ", link.status().message()));
+      }
+      d->fleet_ = std::move(*link);
+      d->jobs_->set_fleet(d->fleet_.get());
+      d->tune_service_->set_fleet(d->fleet_.get());
+      d->fleet_->Start();
+    }
+  }
   if (config.max_connection_idle > absl::ZeroDuration()) {
     builder.AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_IDLE_MS,
@@ -317,7 +346,8 @@ void Daemon::Shutdown() {
   }
   stopping_.store(true);
   if (sweeper_.joinable()) sweeper_.join();
-  store_executor_.reset();  // runs what was queued
+  store_executor_.reset();     // runs what was queued
+  if (fleet_) fleet_->Stop();  // the outbox keeps what was not published
   jobs_.reset();
   store_.reset();
   spdlog::info("gputuned stopped");

@@ -20,6 +20,7 @@
 #include "daemon/authority.h"
 #include "daemon/clock.h"
 #include "daemon/config.h"
+#include "daemon/fleet/fleet_link.h"
 #include "daemon/instance_lock.h"
 #include "daemon/job_queue.h"
 #include "daemon/listener.h"
@@ -85,6 +86,7 @@ class Daemon {
   std::unique_ptr<Arbiter> arbiter_;
   std::unique_ptr<SerialExecutor> store_executor_;
   std::unique_ptr<JobQueue> jobs_;
+  std::unique_ptr<fleet::FleetLink> fleet_;  // null without --fleet
   std::unique_ptr<TuneServiceImpl> tune_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;

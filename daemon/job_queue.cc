@@ -225,8 +225,11 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
       return;
     }
   }
+  FleetHooks* const fleet = fleet_.load();
   absl::StatusOr<v1::ClaimResponse> claim =
-      arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl);
+      fleet != nullptr
+          ? fleet->Claim(key, kDaemonHolder, options_.lease_ttl)
+          : arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl);
   if (!claim.ok()) {
     done(claim.status());
     return;
@@ -407,8 +410,12 @@ void JobQueue::Run(Job& job) {
     } else {
       const v1::Entry entry = EntryFromReport(
           ticket->key, report, backend_->GetFingerprint(), clock_->Now());
-      if (absl::Status s = store_->Put(entry); s.ok()) {
+      FleetHooks* const fleet = fleet_.load();
+      if (absl::Status s = fleet != nullptr ? fleet->PersistRecord(entry)
+                                            : store_->Put(entry);
+          s.ok()) {
         arbiter_->CommitRecord(*ticket, entry);
+        if (fleet != nullptr) fleet->RecordCommitted(job.key);
         spdlog::info("tuned {}: {} ({:.2f}x over the default): {}", key_text,
                      report.chosen.ToString(), entry.speedup(), report.reason);
         result = arbiter_->Lookup(job.key);

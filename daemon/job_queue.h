@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
 #include "daemon/clock.h"
+#include "daemon/fleet_hooks.h"
 #include "gputune/v1/tune.pb.h"
 #include "kernels/backend.h"
 #include "kernels/engine.h"
@@ -84,6 +85,10 @@ class JobQueue {
   // or the job's error.
   void TuneDense(const v1::Key& key, bool wait, DoneFn done)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // With a fleet tier: claims go through fleet->Claim and entries through
+  // fleet->PersistRecord. Call before the first TuneDense; null: no fleet.
+  void set_fleet(FleetHooks* fleet) { fleet_.store(fleet); }
 
   // Runtime change of the autotune log level.
   void SetAutotuneLog(kernels::AutotuneLog level);
@@ -136,6 +141,7 @@ class JobQueue {
   kernels::Backend* const backend_;
   const Clock* const clock_;
   std::atomic<kernels::AutotuneLog> autotune_log_;
+  std::atomic<FleetHooks*> fleet_{nullptr};
 
   mutable absl::Mutex mu_;
   // Queued and running jobs by key id (single flight).

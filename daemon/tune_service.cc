@@ -363,8 +363,11 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
     return Done(call, s);
   }
   if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(call, s);
-  absl::StatusOr<v1::ClaimResponse> result = arbiter_->Claim(
-      request->key(), request->holder(), FromProto(request->ttl()));
+  absl::StatusOr<v1::ClaimResponse> result =
+      fleet_ != nullptr ? fleet_->Claim(request->key(), request->holder(),
+                                        FromProto(request->ttl()))
+                        : arbiter_->Claim(request->key(), request->holder(),
+                                          FromProto(request->ttl()));
   if (!result.ok()) return Done(call, result.status());
   if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
     authority_->Bind(result->claim().claim_id(),
@@ -479,7 +482,9 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
   return OnStore(
       store_executor_, call,
       [this, ticket = *ticket, entry = std::move(entry), response]() {
-        if (absl::Status s = store_->Put(entry); !s.ok()) {
+        if (absl::Status s = fleet_ != nullptr ? fleet_->PersistRecord(entry)
+                                               : store_->Put(entry);
+            !s.ok()) {
           arbiter_->CancelRecord(ticket);
           spdlog::error("record of {} by '{}' failed: {}", KeyText(ticket.key),
                         LogSafe(ticket.holder), s.message());
@@ -488,6 +493,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Record(
               absl::StrCat("the entry was not persisted: ", s.message()));
         }
         arbiter_->CommitRecord(ticket, entry);
+        if (fleet_ != nullptr) fleet_->RecordCommitted(ticket.key);
         authority_->Release(ticket.claim_id);
         spdlog::info("recorded {} by '{}': {}", KeyText(ticket.key),
                      LogSafe(ticket.holder), entry.execution().kernel());
@@ -765,6 +771,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
     response->set_jobs_completed(js.completed);
     response->set_jobs_failed(js.failed);
   }
+  if (fleet_ != nullptr) fleet_->FillStatus(response->mutable_fleet());
   return Done(call, absl::OkStatus());
 }
 

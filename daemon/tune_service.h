@@ -19,6 +19,7 @@
 #include "daemon/arbiter.h"
 #include "daemon/authority.h"
 #include "daemon/clock.h"
+#include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
 #include "daemon/serial_executor.h"
 #include "gputune/v1/tune.grpc.pb.h"
@@ -98,6 +99,10 @@ class TuneServiceImpl final : public TuneServiceBase {
   // before serving, or never.
   void set_metrics(DaemonMetrics* metrics) { metrics_ = metrics; }
 
+  // With a fleet tier: Claim, Record and GetStatus go through it. Call
+  // before serving; null: no fleet.
+  void set_fleet(FleetHooks* fleet) { fleet_ = fleet; }
+
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* request,
@@ -153,6 +158,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   const Clock* const clock_;
   Authority* const authority_;
   DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
+  FleetHooks* fleet_ = nullptr;       // set before serving; may stay null
 };
 
 class AdminServiceImpl final : public AdminServiceBase {

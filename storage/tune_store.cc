@@ -339,19 +339,25 @@ absl::Status TuneStore::Put(const v1::Entry& entry) {
 }
 
 absl::Status TuneStore::PutAll(const std::vector<v1::Entry>& entries) {
+  return PutAllWith(entries, nullptr);
+}
+
+absl::Status TuneStore::PutAllWith(const std::vector<v1::Entry>& entries,
+                                   const SideWrite& also) {
   absl::MutexLock lock(&mu_);
   if (auto s = db_.Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  absl::Status s;
   for (const v1::Entry& entry : entries) {
-    if (auto s = PutLocked(entry); !s.ok()) {
-      (void)db_.Exec("ROLLBACK");
-      return s;
-    }
+    if (s = PutLocked(entry); !s.ok()) break;
   }
-  if (auto s = db_.Exec("COMMIT"); !s.ok()) {
-    (void)db_.Exec("ROLLBACK");
-    return s;
-  }
-  return absl::OkStatus();
+  if (s.ok() && also) s = also(db_);
+  if (s.ok()) s = db_.Exec("COMMIT");
+  if (!s.ok()) (void)db_.Exec("ROLLBACK");
+  return s;
+}
+
+absl::Status TuneStore::Transact(const SideWrite& fn) {
+  return PutAllWith({}, fn);
 }
 
 absl::StatusOr<std::optional<v1::Entry>> TuneStore::Get(

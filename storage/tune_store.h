@@ -118,6 +118,17 @@ class TuneStore {
   // Like Put for many entries in one transaction: all or none.
   absl::Status PutAll(const std::vector<v1::Entry>& entries);
 
+  // Statements of another module on the store's connection, in the same
+  // transaction as the entries it writes (the fleet tier's outbox and feed
+  // position live in tables of their own in this file). Must not call the
+  // store; the tables it touches are its own to create.
+  using SideWrite = std::function<absl::Status(Connection& db)>;
+  // PutAll(entries) and `also` in one transaction: all durable, or none.
+  absl::Status PutAllWith(const std::vector<v1::Entry>& entries,
+                          const SideWrite& also);
+  // `fn` alone, in one transaction (rolled back when it fails).
+  absl::Status Transact(const SideWrite& fn);
+
   // The entry for a key id, or nullopt (also for a damaged row, which is
   // quarantined; *quarantined is then set when given).
   absl::StatusOr<std::optional<v1::Entry>> Get(const std::string& key_id,

@@ -75,7 +75,14 @@ std::vector<CommandSpec> MakeCommands() {
            kRole,
            kState,
            {"all", "", "delete every entry", {}},
-           {"yes", "", "do not ask before deleting every entry", {}}},
+           {"yes", "", "do not ask before deleting every entry", {}},
+           {"fleet",
+            "CONNINFO",
+            "also delete the KEYs (or, with --all, every entry of this "
+            "daemon's fingerprint) from the fleet, as the PostgreSQL role "
+            "CONNINFO names: every daemon of the fleet drops them and re-tunes "
+            "on demand",
+            {}}},
           /*names_daemon=*/true),
       Cmd("export", "FILE", "every entry as JSON lines ('-': stdout)",
           "Writes every entry matching the filter, with its measurements and "

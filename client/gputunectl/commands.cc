@@ -137,6 +137,14 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   about.AddRow({"reason", e.reason().empty() ? "-" : e.reason()});
   for (const std::string& note : e.notes()) about.AddRow({"note", note});
   about.AddRow({"source", SourceName(e.source())});
+  if (e.has_fleet()) {
+    about.AddRow(
+        {"from fleet",
+         absl::StrCat("published by ", e.fleet().host(), " ", e.fleet().gpu(),
+                      " (", SourceName(e.fleet().published_source()),
+                      "-measured; fleet claim ", e.fleet().fence(),
+                      ", feed position ", e.fleet().seq(), ")")});
+  }
   about.AddRow({"measured at", ShortTime(e.measured_at()) + " UTC"});
   about.AddRow(
       {"recorded by", e.recorded_by().empty() ? "-" : e.recorded_by()});

@@ -68,6 +68,31 @@ int RunStatus(Context& ctx) {
   }
   t.AddRow({"backoff", absl::StrCat(s->backoff_keys(), " keys")});
   t.AddRow({"claims", absl::StrCat(s->claims_size(), " live")});
+  if (s->has_fleet()) {
+    const v1::FleetStatus& f = s->fleet();
+    t.AddRow(
+        {"fleet",
+         absl::StrCat(f.connected() ? "connected to "
+                                    : "NOT CONNECTED (serving locally) to ",
+                      f.target(),
+                      f.error().empty() ? "" : absl::StrCat(": ", f.error()))});
+    t.AddRow({"fleet feed",
+              absl::StrCat("at ", f.feed_seq(), " of ", f.fleet_seq(), ", lag ",
+                           absl::FormatDuration(FromProto(f.feed_lag())), "; ",
+                           f.adopted(), " adopted")});
+    t.AddRow({"fleet outbox",
+              absl::StrCat(f.outbox_depth(), " waiting",
+                           f.outbox_overflow() == 0
+                               ? ""
+                               : absl::StrCat(", ", f.outbox_overflow(),
+                                              " kept local only (full)"),
+                           "; ", f.published(), " published, ", f.refused(),
+                           " refused")});
+    t.AddRow({"fleet claims",
+              absl::StrCat(f.claims_held(), " held, ", f.claims_waited(),
+                           " waited on, ", f.local_only_claims(),
+                           " taken locally while unreachable")});
+  }
   t.Print(ctx.out);
   if (s->claims_size() > 0) {
     ctx.out << "\n";

@@ -11,6 +11,8 @@
 #include "client/gputunectl/commands.h"
 #include "client/gputunectl/entry_io.h"
 #include "client/gputunectl/table.h"
+#include "daemon/fleet/fleet_store.h"
+#include "proto/fingerprint.h"
 #include "proto/key_format.h"
 
 namespace gputune::ctl {
@@ -121,6 +123,43 @@ int RunGet(Context& ctx) {
   return kExitOk;
 }
 
+namespace {
+
+// The fleet side of `delete --fleet`: marks the keys (all of the daemon's
+// fingerprint for --all) deleted in the fleet database, connecting as the
+// operator's own PostgreSQL role.
+int DeleteFromFleet(Context& ctx, const v1::DeleteEntriesRequest& request,
+                    uint64_t* deleted) {
+  absl::StatusOr<v1::GetStatusResponse> status = ctx.client.GetStatus();
+  if (!status.ok()) return Fail(ctx, "delete --fleet", status.status());
+  if (status->fingerprint().device_name() == "unavailable") {
+    return Fail(ctx, "delete --fleet",
+                absl::FailedPreconditionError(
+                    "the daemon's device is unknown, so is its fleet "
+                    "fingerprint: nothing was deleted"));
+  }
+  std::vector<std::string> key_ids;
+  for (const v1::Key& key : request.keys()) key_ids.push_back(KeyId(key));
+  absl::StatusOr<std::unique_ptr<fleet::FleetConnection>> conn =
+      fleet::FleetConnection::Connect(ctx.cl.Get("fleet"), absl::Seconds(30));
+  if (!conn.ok()) return Fail(ctx, "delete --fleet", conn.status());
+  if (absl::StatusOr<std::string> schema = (*conn)->PrepareSchema();
+      !schema.ok()) {
+    return Fail(ctx, "delete --fleet", schema.status());
+  }
+  absl::StatusOr<uint64_t> n =
+      (*conn)->Delete(FingerprintDigest(status->fingerprint()), key_ids);
+  if (!n.ok()) return Fail(ctx, "delete --fleet", n.status());
+  *deleted = *n;
+  if (!ctx.json) {
+    ctx.out << "deleted " << *n << (*n == 1 ? " entry" : " entries")
+            << " from the fleet\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunDelete(Context& ctx) {
   v1::DeleteEntriesRequest request;
   for (const std::string& text : ctx.cl.args) {
@@ -144,6 +183,12 @@ int RunDelete(Context& ctx) {
     *request.mutable_filter() = *filter;
     request.set_all(!has_filter);
   }
+  if (ctx.cl.Has("fleet")) {
+    if (has_filter) {
+      return UsageError(ctx,
+                        "delete --fleet takes KEYs or --all, not a filter");
+    }
+  }
   absl::StatusOr<uint32_t> deleted = ctx.client.DeleteEntries(request);
   if (!deleted.ok()) return Fail(ctx, "delete", deleted.status());
   if (ctx.json) {
@@ -154,8 +199,17 @@ int RunDelete(Context& ctx) {
     ctx.out << "deleted " << *deleted << (*deleted == 1 ? " entry" : " entries")
             << "\n";
   }
+  // Then the fleet's (after the local delete: the fleet's deletion reaches
+  // this daemon through the feed too).
+  uint64_t fleet_deleted = 0;
+  if (ctx.cl.Has("fleet")) {
+    if (int code = DeleteFromFleet(ctx, request, &fleet_deleted);
+        code != kExitOk) {
+      return code;
+    }
+  }
   // Deleting named keys of which none existed is worth a non-zero exit.
-  if (request.keys_size() > 0 && *deleted == 0) {
+  if (request.keys_size() > 0 && *deleted == 0 && fleet_deleted == 0) {
     ctx.err << "gputunectl: delete: no entry for the given key(s)\n";
     return kExitNotFound;
   }

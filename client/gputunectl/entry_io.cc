@@ -114,6 +114,8 @@ std::string SourceName(v1::Source source) {
       return "client";
     case v1::SOURCE_IMPORTED:
       return "imported";
+    case v1::SOURCE_FLEET:
+      return "fleet";
     default:
       return "-";
   }

@@ -80,6 +80,25 @@ TEST_CASE("a unix listen address without a path is refused, not thrown") {
   }
 }
 
+TEST_CASE("the fleet connection string comes from a flag or the config file") {
+  CHECK(Parse({})->fleet.empty());  // no fleet unless asked
+  char tmpl[] = "/tmp/gputune-conf-XXXXXX";
+  REQUIRE(mkstemp(tmpl) >= 0);
+  std::ofstream(tmpl) << "fleet = host=/run/postgresql dbname=fleet "
+                         "sslmode=disable\nfleet_lease_ttl = 5s\n";
+  auto c = Parse({std::string("--config=") + tmpl});
+  REQUIRE(c.ok());
+  CHECK(c->fleet == "host=/run/postgresql dbname=fleet sslmode=disable");
+  CHECK(c->fleet_lease_ttl == absl::Seconds(5));
+  auto flag = Parse({std::string("--config=") + tmpl,
+                     "--fleet=postgresql://db.example.net/fleet"});
+  REQUIRE(flag.ok());
+  CHECK(flag->fleet == "postgresql://db.example.net/fleet");
+  CHECK(std::string(Parse({"--fleet_lease_ttl=100ms"}).status().message())
+            .find("--fleet_lease_ttl") != std::string::npos);
+  unlink(tmpl);
+}
+
 TEST_CASE("--help lists every setting with its default") {
   const std::string help = ConfigHelp();
   CHECK(help.find("--lease_ttl") != std::string::npos);

@@ -336,4 +336,44 @@ TEST_CASE("Backup writes a consistent copy and refuses to overwrite") {
   CHECK(*copy->Count() == 1);
 }
 
+TEST_CASE("a side write shares its entries' transaction: both or neither") {
+  TempDir dir;
+  auto store = OpenOrDie(dir.db());
+  REQUIRE(store
+              ->Transact([](Connection& db) {
+                return db.Exec("CREATE TABLE side (v INTEGER)");
+              })
+              .ok());
+  auto side_rows = [&] {
+    int64_t n = -1;
+    REQUIRE(store
+                ->Transact([&](Connection& db) {
+                  absl::StatusOr<int64_t> c =
+                      db.QueryInt("SELECT COUNT(*) FROM side");
+                  if (c.ok()) n = *c;
+                  return c.status();
+                })
+                .ok());
+    return n;
+  };
+  REQUIRE(store
+              ->PutAllWith({MakeEntry(1)},
+                           [](Connection& db) {
+                             return db.Exec("INSERT INTO side VALUES (1)");
+                           })
+              .ok());
+  CHECK(*store->Count() == 1);
+  CHECK(side_rows() == 1);
+
+  const absl::Status failed =
+      store->PutAllWith({MakeEntry(2)}, [](Connection& db) {
+        if (auto s = db.Exec("INSERT INTO side VALUES (2)"); !s.ok()) return s;
+        return absl::InternalError("the side write failed");
+      });
+  CHECK(failed.code() == absl::StatusCode::kInternal);
+  CHECK(*store->Count() == 1);  // entry 2 rolled back with it
+  CHECK_FALSE(store->Get(Id(2))->has_value());
+  CHECK(side_rows() == 1);
+}
+
 }  // namespace gputune::storage

@@ -1,0 +1,860 @@
+#include "daemon/fleet/fleet_link.h"
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "proto/fingerprint.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+#include "proto/validation.h"
+#include "spdlog/spdlog.h"
+
+namespace gputune::fleet {
+namespace {
+
+using storage::Connection;
+using storage::Statement;
+
+constexpr char kLocalTables[] = R"sql(
+CREATE TABLE IF NOT EXISTS fleet_outbox (
+  id            INTEGER PRIMARY KEY AUTOINCREMENT,
+  key_id        TEXT NOT NULL UNIQUE,
+  candidate_set TEXT NOT NULL,
+  fence         INTEGER NOT NULL,
+  entry         BLOB NOT NULL,
+  queued_at     INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fleet_state (
+  name  TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+// Feed rows adopted per transaction (and held in memory at once).
+constexpr int kFeedPage = 1000;
+// An entry (8-64 candidates' measurements) is a few KiB; anything near this
+// is not one gputuned wrote.
+constexpr size_t kMaxFleetEntryBytes = 1 << 20;
+// Outbox rows read per pass.
+constexpr int kOutboxPage = 256;
+
+absl::Status SetState(Connection& db, const std::string& name,
+                      const std::string& value) {
+  absl::StatusOr<Statement> st = db.Prepare(
+      "INSERT OR REPLACE INTO fleet_state (name, value) VALUES (?1, ?2)");
+  if (!st.ok()) return st.status();
+  st->BindText(1, name);
+  st->BindText(2, value);
+  return st->Run();
+}
+
+absl::StatusOr<std::string> GetState(Connection& db, const std::string& name) {
+  absl::StatusOr<Statement> st =
+      db.Prepare("SELECT value FROM fleet_state WHERE name = ?1");
+  if (!st.ok()) return st.status();
+  st->BindText(1, name);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  return *row ? st->ColumnText(0) : std::string();
+}
+
+std::string HolderText(const FleetConnection::ClaimResult& held) {
+  return absl::StrCat("fleet: ", held.holder.host, " ", held.holder.gpu,
+                      " (fleet claim ", held.fence, ")");
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+}  // namespace
+
+FleetIdentity MakeIdentity(const v1::Fingerprint& fingerprint,
+                           const std::string& device) {
+  FleetIdentity id;
+  id.host = Hostname();
+  id.gpu = fingerprint.device_uuid().empty()
+               ? absl::StrCat(fingerprint.device_name(), " #", device)
+               : absl::StrCat(fingerprint.device_name(), " ",
+                              fingerprint.device_uuid());
+  std::random_device random;
+  id.instance = absl::StrFormat("%s/%d/%08x", id.host, getpid(), random());
+  return id;
+}
+
+FleetLink::FleetLink(const FleetOptions& options, FleetIdentity me,
+                     std::string fingerprint_digest, storage::TuneStore* store,
+                     Arbiter* arbiter, const Clock* clock)
+    : options_(options),
+      me_(std::move(me)),
+      fingerprint_(std::move(fingerprint_digest)),
+      target_(RedactConnInfo(options.conninfo)),
+      store_(store),
+      arbiter_(arbiter),
+      clock_(clock) {}
+
+absl::StatusOr<std::unique_ptr<FleetLink>> FleetLink::Create(
+    const FleetOptions& options, FleetIdentity me,
+    std::string fingerprint_digest, storage::TuneStore* store, Arbiter* arbiter,
+    const Clock* clock) {
+  std::unique_ptr<FleetLink> link(new FleetLink(options, std::move(me),
+                                                std::move(fingerprint_digest),
+                                                store, arbiter, clock));
+  int64_t depth = 0;
+  uint64_t feed_seq = 0;
+  absl::Status s = store->Transact([&](Connection& db) -> absl::Status {
+    if (auto s = db.Exec(kLocalTables); !s.ok()) return s;
+    absl::StatusOr<int64_t> n =
+        db.QueryInt("SELECT COUNT(*) FROM fleet_outbox");
+    if (!n.ok()) return n.status();
+    depth = *n;
+    absl::StatusOr<std::string> seq = GetState(db, "feed_seq");
+    if (!seq.ok()) return seq.status();
+    if (!seq->empty()) (void)absl::SimpleAtoi(*seq, &feed_seq);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("preparing the fleet outbox: ", s.message()));
+  }
+  absl::MutexLock lock(&link->mu_);
+  link->outbox_depth_ = static_cast<uint64_t>(depth);
+  link->feed_seq_ = feed_seq;
+  return link;
+}
+
+FleetLink::~FleetLink() { Stop(); }
+
+void FleetLink::Start() {
+  if (started_) return;
+  started_ = true;
+  if (pipe2(wake_fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    wake_fds_[0] = wake_fds_[1] = -1;
+  }
+  spdlog::info(
+      "fleet: linking to {} as {} ({}), fingerprint {}; {} records in the "
+      "outbox",
+      target_, me_.instance, me_.gpu, fingerprint_, [&] {
+        absl::MutexLock lock(&mu_);
+        return outbox_depth_;
+      }());
+  follower_ = std::thread([this] { FollowerLoop(); });
+  publisher_ = std::thread([this] { PublisherLoop(); });
+  keeper_ = std::thread([this] { KeeperLoop(); });
+}
+
+void FleetLink::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (wake_fds_[1] >= 0) (void)!write(wake_fds_[1], "x", 1);
+  for (std::thread* t : {&follower_, &publisher_, &keeper_}) {
+    if (t->joinable()) t->join();
+  }
+  for (int& fd : wake_fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  absl::MutexLock lock(&claim_mu_);
+  claim_conn_.reset();
+}
+
+bool FleetLink::Nap(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  return !stopping_;
+}
+
+void FleetLink::SetConnected(bool connected, const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  if (connected && !connected_) {
+    spdlog::info("fleet: connected to {}, following fingerprint {} from {}",
+                 target_, fingerprint_, feed_seq_);
+  } else if (!connected && (connected_ || error != error_)) {
+    spdlog::warn(
+        "fleet: {} unreachable ({}): serving and tuning locally; Records "
+        "wait in the outbox",
+        target_, error);
+  }
+  connected_ = connected;
+  error_ = error;
+  if (!connected) schema_ok_ = false;
+}
+
+absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
+  return FleetConnection::Connect(options_.conninfo,
+                                  options_.statement_timeout);
+}
+
+// ---------------------------------------------------------------------------
+// Claims.
+
+absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
+                                                   absl::string_view holder,
+                                                   absl::Duration ttl) {
+  // One claim of a key at a time here: two callers that both found it free
+  // locally must not both go to the fleet (the second would take the fleet
+  // claim over from the first).
+  const std::string key_id = KeyId(key);
+  {
+    absl::MutexLock lock(&mu_);
+    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !claiming_.contains(key_id);
+    };
+    while (!free()) claimed_.Wait(&mu_);
+    claiming_.insert(key_id);
+  }
+  absl::StatusOr<v1::ClaimResponse> response =
+      ClaimOnce(key, key_id, holder, ttl);
+  {
+    absl::MutexLock lock(&mu_);
+    claiming_.erase(key_id);
+  }
+  claimed_.SignalAll();
+  return response;
+}
+
+absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
+    const v1::Key& key, const std::string& key_id, absl::string_view holder,
+    absl::Duration ttl) {
+  const v1::KeyStatus local = arbiter_->Lookup(key);
+  if (local.state() == v1::KEY_STATE_HIT ||
+      local.state() == v1::KEY_STATE_PENDING ||
+      local.state() == v1::KEY_STATE_BACKOFF) {
+    return arbiter_->Claim(key, holder, ttl);  // no grant possible
+  }
+  absl::StatusOr<FleetConnection::ClaimResult> fleet =
+      absl::UnavailableError("not connected");
+  {
+    absl::MutexLock lock(&claim_mu_);
+    if (claim_conn_ != nullptr) {
+      fleet = claim_conn_->Claim(fingerprint_, key_id, key.candidate_set(), me_,
+                                 options_.lease_ttl);
+      if (!fleet.ok() && !claim_conn_->ok()) claim_conn_.reset();
+    }
+  }
+  if (!fleet.ok()) {
+    local_only_claims_.fetch_add(1);
+    spdlog::debug("fleet: claim of {} taken locally only: {}", KeyText(key),
+                  std::string(fleet.status().message()));
+    return arbiter_->Claim(key, holder, ttl);
+  }
+  switch (fleet->outcome) {
+    case FleetConnection::ClaimResult::kCanonical: {
+      if (absl::Status s = Adopt({fleet->canonical}, 0); !s.ok()) {
+        spdlog::warn("fleet: cannot adopt the fleet's entry for {}: {}",
+                     KeyText(key), std::string(s.message()));
+      }
+      return arbiter_->Claim(key, holder, ttl);
+    }
+    case FleetConnection::ClaimResult::kHeld: {
+      spdlog::debug("fleet: {} is held by {} for {}", KeyText(key),
+                    HolderText(*fleet), absl::FormatDuration(fleet->remaining));
+      // Another daemon tunes it: PENDING here, for as long as its lease.
+      const absl::Duration proxy_ttl =
+          std::clamp(fleet->remaining + absl::Milliseconds(100),
+                     absl::Milliseconds(200), options_.lease_ttl * 2);
+      absl::StatusOr<v1::ClaimResponse> proxy =
+          arbiter_->Claim(key, HolderText(*fleet), proxy_ttl);
+      if (!proxy.ok()) return proxy;
+      if (proxy->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
+        proxy->set_outcome(v1::CLAIM_OUTCOME_PENDING);
+        absl::MutexLock lock(&mu_);
+        waited_[key_id] = clock_->Now() + proxy_ttl;
+      }
+      return proxy;
+    }
+    case FleetConnection::ClaimResult::kGranted:
+      break;
+  }
+  spdlog::debug("fleet: took fleet claim {} on {}", fleet->fence, KeyText(key));
+  absl::StatusOr<v1::ClaimResponse> response =
+      arbiter_->Claim(key, holder, ttl);
+  if (response.ok() && response->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
+    absl::MutexLock lock(&mu_);
+    held_[key_id] =
+        Held{key, fleet->fence, response->claim().claim_id(), clock_->Now()};
+    return response;
+  }
+  // Not granted here after all (a local claim came first): let it go.
+  absl::MutexLock lock(&claim_mu_);
+  if (claim_conn_ != nullptr) {
+    (void)claim_conn_->Release(fingerprint_, key_id, fleet->fence);
+  }
+  return response;
+}
+
+void FleetLink::KeeperLoop() {
+  const absl::Duration period =
+      std::min(options_.lease_ttl / 3, absl::Milliseconds(500));
+  absl::Duration backoff = options_.retry_min;
+  while (Nap(period)) {
+    bool schema_ok;
+    {
+      absl::MutexLock lock(&mu_);
+      schema_ok = schema_ok_;
+      for (auto it = waited_.begin(); it != waited_.end();) {
+        if (it->second <= clock_->Now()) {
+          waited_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+    bool have_conn;
+    {
+      absl::MutexLock lock(&claim_mu_);
+      have_conn = claim_conn_ != nullptr && claim_conn_->ok();
+      if (!schema_ok) claim_conn_.reset();
+    }
+    if (schema_ok && !have_conn) {
+      absl::StatusOr<std::unique_ptr<FleetConnection>> c = Connect();
+      if (c.ok()) {
+        absl::MutexLock lock(&claim_mu_);
+        claim_conn_ = std::move(*c);
+        backoff = options_.retry_min;
+      } else {
+        Nap(backoff);
+        backoff = std::min(backoff * 2, options_.retry_max);
+        continue;
+      }
+    }
+    // Renew what is still being tuned here; let go of the rest.
+    std::vector<std::pair<std::string, Held>> held;
+    {
+      absl::MutexLock lock(&mu_);
+      held.assign(held_.begin(), held_.end());
+    }
+    const absl::Time now = clock_->Now();
+    for (auto& [key_id, h] : held) {
+      const v1::KeyStatus local = arbiter_->Lookup(h.key);
+      const bool mine = local.state() == v1::KEY_STATE_PENDING &&
+                        local.claim().claim_id() == h.local_claim_id;
+      {
+        absl::MutexLock lock(&mu_);
+        if (in_flight_.contains(key_id)) continue;  // being recorded
+      }
+      if (mine && (h.lost || now - h.renewed_at < options_.lease_ttl / 3)) {
+        continue;
+      }
+      absl::StatusOr<bool> renewed = absl::UnavailableError("not connected");
+      {
+        absl::MutexLock lock(&claim_mu_);
+        if (claim_conn_ == nullptr) break;
+        if (mine) {
+          renewed = claim_conn_->Renew(fingerprint_, key_id, h.fence,
+                                       options_.lease_ttl);
+        } else {
+          const absl::Status released =
+              claim_conn_->Release(fingerprint_, key_id, h.fence);
+          renewed = released.ok() ? absl::StatusOr<bool>(false)
+                                  : absl::StatusOr<bool>(released);
+        }
+        if (!renewed.ok() && !claim_conn_->ok()) claim_conn_.reset();
+      }
+      if (!renewed.ok()) continue;  // retried next round
+      absl::MutexLock lock(&mu_);
+      auto it = held_.find(key_id);
+      if (it == held_.end() || it->second.fence != h.fence) continue;
+      if (*renewed) {
+        it->second.renewed_at = now;
+      } else if (mine) {
+        spdlog::warn(
+            "fleet: lost fleet claim {} on {} (its lease lapsed and another "
+            "daemon took it): the fleet will refuse this daemon's result",
+            h.fence, KeyText(h.key));
+        it->second.lost = true;
+      } else {
+        held_.erase(it);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Records and the outbox.
+
+absl::Status FleetLink::PersistRecord(const v1::Entry& entry) {
+  if (FingerprintDigest(entry.fingerprint()) != fingerprint_) {
+    return store_->Put(entry);  // not this fleet's to share
+  }
+  const std::string key_id = KeyId(entry.key());
+  std::optional<Held> held;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = held_.find(key_id);
+    if (it != held_.end()) {
+      held = it->second;
+      held_.erase(it);
+    }
+    in_flight_.insert(key_id);
+  }
+  const std::string bytes = entry.SerializeAsString();
+  bool added = false;
+  bool overflow = false;
+  absl::Status s = store_->PutAllWith({entry}, [&](Connection& db) {
+    absl::StatusOr<Statement> exists =
+        db.Prepare("SELECT 1 FROM fleet_outbox WHERE key_id = ?1");
+    if (!exists.ok()) return exists.status();
+    exists->BindText(1, key_id);
+    absl::StatusOr<bool> row = exists->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) {
+      absl::MutexLock lock(&mu_);
+      if (outbox_depth_ >= options_.outbox_limit) {
+        overflow = true;
+        return absl::OkStatus();
+      }
+    }
+    absl::StatusOr<Statement> st = db.Prepare(
+        "INSERT OR REPLACE INTO fleet_outbox (key_id, candidate_set, fence, "
+        "entry, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)");
+    if (!st.ok()) return st.status();
+    st->BindText(1, key_id);
+    st->BindText(2, entry.key().candidate_set());
+    st->BindInt(3, held ? static_cast<int64_t>(held->fence) : 0);
+    st->BindBlob(4, bytes);
+    st->BindInt(5, absl::ToUnixMicros(clock_->Now()));
+    added = !*row;
+    return st->Run();
+  });
+  absl::MutexLock lock(&mu_);
+  if (!s.ok()) {
+    in_flight_.erase(key_id);
+    if (held) held_[key_id] = *held;  // the lease runs on
+    return s;
+  }
+  if (added) ++outbox_depth_;
+  if (overflow) {
+    outbox_overflow_.fetch_add(1);
+    spdlog::warn(
+        "fleet: the outbox is full ({} records): {} is kept locally only",
+        options_.outbox_limit, KeyText(entry.key()));
+  }
+  return s;
+}
+
+void FleetLink::RecordCommitted(const v1::Key& key) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(KeyId(key));
+  outbox_ready_ = true;
+}
+
+absl::StatusOr<std::vector<FleetLink::OutboxRow>> FleetLink::ReadOutbox(
+    int limit) {
+  std::vector<OutboxRow> rows;
+  absl::Status s = store_->Transact([&](Connection& db) -> absl::Status {
+    absl::StatusOr<Statement> st = db.Prepare(
+        "SELECT id, key_id, candidate_set, fence, entry FROM fleet_outbox "
+        "ORDER BY id LIMIT ?1");
+    if (!st.ok()) return st.status();
+    st->BindInt(1, limit);
+    while (true) {
+      absl::StatusOr<bool> row = st->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) return absl::OkStatus();
+      rows.push_back({st->ColumnInt(0), st->ColumnText(1), st->ColumnText(2),
+                      static_cast<uint64_t>(st->ColumnInt(3)),
+                      st->ColumnBlob(4)});
+    }
+  });
+  if (!s.ok()) return s;
+  return rows;
+}
+
+absl::Status FleetLink::RemoveFromOutbox(const std::vector<int64_t>& ids) {
+  uint64_t removed = 0;
+  absl::Status s = store_->Transact([&](Connection& db) -> absl::Status {
+    absl::StatusOr<Statement> st =
+        db.Prepare("DELETE FROM fleet_outbox WHERE id = ?1");
+    if (!st.ok()) return st.status();
+    for (int64_t id : ids) {
+      st->BindInt(1, id);
+      if (auto s = st->Run(); !s.ok()) return s;
+      removed += static_cast<uint64_t>(db.Changes());
+      st->Reset();
+    }
+    return absl::OkStatus();
+  });
+  if (s.ok()) {
+    absl::MutexLock lock(&mu_);
+    outbox_depth_ -= std::min(outbox_depth_, removed);
+  }
+  return s;
+}
+
+bool FleetLink::Answered(const OutboxRow& row,
+                         const FleetConnection::PublishResult& r) {
+  switch (r.outcome) {
+    case FleetConnection::PublishResult::kAccepted:
+      published_.fetch_add(1);
+      spdlog::debug("fleet: published {} at {}", row.key_id, r.seq);
+      break;
+    case FleetConnection::PublishResult::kHeld: {
+      // Its holder will publish; ours goes if that one never does.
+      absl::MutexLock lock(&mu_);
+      retry_at_[row.key_id] = clock_->Now() + options_.lease_ttl / 2;
+      return false;
+    }
+    case FleetConnection::PublishResult::kSuperseded:
+    case FleetConnection::PublishResult::kCanonical:
+      refused_.fetch_add(1);
+      if (r.outcome == FleetConnection::PublishResult::kSuperseded) {
+        spdlog::warn("fleet: the publish of {} was refused: {}; {}", row.key_id,
+                     r.reason,
+                     r.canonical ? "adopting the fleet's entry"
+                                 : "keeping the local entry");
+      } else {
+        spdlog::info(
+            "fleet: {} already has a canonical entry in the fleet: replacing "
+            "the local choice with it",
+            row.key_id);
+      }
+      if (r.canonical.has_value()) {
+        if (absl::Status s = Adopt({*r.canonical}, 0); !s.ok()) {
+          spdlog::warn("fleet: cannot adopt the fleet's entry for {}: {}",
+                       row.key_id, std::string(s.message()));
+          return false;  // asked again later
+        }
+      }
+      break;
+  }
+  absl::MutexLock lock(&mu_);
+  retry_at_.erase(row.key_id);
+  return true;
+}
+
+void FleetLink::PublisherLoop() {
+  std::unique_ptr<FleetConnection> conn;
+  absl::Duration backoff = options_.retry_min;
+  size_t batch_limit = kOutboxPage;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Condition work(
+          +[](FleetLink* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
+            return l->stopping_ || (l->schema_ok_ && l->outbox_ready_);
+          },
+          this);
+      mu_.AwaitWithTimeout(work, absl::Seconds(1));
+      if (stopping_) return;
+      if (!schema_ok_) continue;
+      outbox_ready_ = false;
+    }
+    if (conn == nullptr || !conn->ok()) {
+      absl::StatusOr<std::unique_ptr<FleetConnection>> c = Connect();
+      if (!c.ok()) {
+        if (!Nap(backoff)) return;
+        backoff = std::min(backoff * 2, options_.retry_max);
+        absl::MutexLock lock(&mu_);
+        outbox_ready_ = true;
+        continue;
+      }
+      conn = std::move(*c);
+    }
+    absl::StatusOr<std::vector<OutboxRow>> rows = ReadOutbox(kOutboxPage);
+    if (!rows.ok()) {
+      spdlog::error("fleet: cannot read the outbox: {}",
+                    std::string(rows.status().message()));
+      continue;
+    }
+    // Rows waiting on something (a Record not committed yet, another
+    // daemon's claim) are looked at again within a second, by the timed
+    // wait above.
+    std::vector<const OutboxRow*> batch;
+    std::vector<FleetConnection::PublishRequest> requests;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const OutboxRow& row : *rows) {
+        if (in_flight_.contains(row.key_id)) continue;
+        auto retry = retry_at_.find(row.key_id);
+        if (retry != retry_at_.end() && retry->second > clock_->Now()) continue;
+        if (batch.size() == batch_limit) break;
+        batch.push_back(&row);
+        requests.push_back(
+            {row.key_id, row.candidate_set, row.fence, row.entry});
+      }
+    }
+    if (batch.empty()) continue;
+    // One transaction for the batch: one lock, one NOTIFY.
+    absl::StatusOr<std::vector<FleetConnection::PublishResult>> results =
+        conn->PublishAll(fingerprint_, requests, me_);
+    if (!results.ok()) {
+      if (conn->ok()) {
+        // The fleet answered, with an error: find the row it is about one
+        // row at a time, and let that one wait while the others go.
+        spdlog::warn("fleet: publishing {} (and {} more) failed: {}; retrying",
+                     batch.front()->key_id, batch.size() - 1,
+                     std::string(results.status().message()));
+        if (batch.size() == 1) {
+          absl::MutexLock lock(&mu_);
+          retry_at_[batch.front()->key_id] = clock_->Now() + options_.retry_max;
+        }
+        batch_limit = 1;
+      }
+      if (!Nap(backoff)) return;
+      backoff = std::min(backoff * 2, options_.retry_max);
+      absl::MutexLock lock(&mu_);
+      outbox_ready_ = true;
+      continue;
+    }
+    backoff = options_.retry_min;
+    batch_limit = kOutboxPage;
+    std::vector<int64_t> done;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (Answered(*batch[i], (*results)[i])) done.push_back(batch[i]->id);
+    }
+    if (absl::Status s = RemoveFromOutbox(done); !s.ok()) {
+      spdlog::error(
+          "fleet: cannot remove {} published records from the "
+          "outbox: {} (they will be published again, harmlessly)",
+          done.size(), std::string(s.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    if (rows->size() == static_cast<size_t>(kOutboxPage)) outbox_ready_ = true;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The feed.
+
+absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
+                              uint64_t feed_seq) {
+  std::vector<v1::Entry> entries;
+  std::vector<std::string> erased;
+  absl::Duration lag;
+  const absl::Time now = clock_->Now();
+  for (const FleetConnection::FeedRow& row : rows) {
+    if (row.deleted) {  // deleted fleet-wide: here too, ours or not
+      erased.push_back(row.key_id);
+      continue;
+    }
+    if (row.publisher.instance == me_.instance) continue;  // ours
+    v1::Entry entry;
+    // From another process: bounded, parsed by protobuf and checked like an
+    // import.
+    if (row.entry.size() > kMaxFleetEntryBytes) {
+      spdlog::warn(
+          "fleet: the entry for {} at {} is {} bytes (at most {}): "
+          "skipped",
+          row.key_id, row.seq, row.entry.size(), kMaxFleetEntryBytes);
+      continue;
+    }
+    if (!entry.ParseFromString(row.entry)) {
+      spdlog::warn("fleet: the entry for {} at {} does not parse: skipped",
+                   row.key_id, row.seq);
+      continue;
+    }
+    if (absl::Status s = ValidateEntry(entry, "fleet entry"); !s.ok()) {
+      spdlog::warn("fleet: the entry for {} at {} is invalid ({}): skipped",
+                   row.key_id, row.seq, std::string(s.message()));
+      continue;
+    }
+    if (KeyId(entry.key()) != row.key_id ||
+        FingerprintDigest(entry.fingerprint()) != fingerprint_) {
+      spdlog::warn(
+          "fleet: the entry at {} does not match its row ({}): skipped",
+          row.seq, row.key_id);
+      continue;
+    }
+    if (entry.source() != v1::SOURCE_FLEET) {
+      v1::FleetOrigin* origin = entry.mutable_fleet();
+      origin->set_published_source(entry.source());
+      origin->set_host(row.publisher.host);
+      origin->set_gpu(row.publisher.gpu);
+      origin->set_instance(row.publisher.instance);
+      origin->set_fence(row.fence);
+      origin->set_seq(row.seq);
+      entry.set_source(v1::SOURCE_FLEET);
+    }
+    const v1::KeyStatus local = arbiter_->Lookup(entry.key());
+    if (local.state() == v1::KEY_STATE_HIT &&
+        local.entry().execution().SerializeAsString() !=
+            entry.execution().SerializeAsString()) {
+      spdlog::info(
+          "fleet: {}: the fleet's canonical {} (measured on {} {}) replaces "
+          "the local choice {}",
+          KeyText(entry.key()), entry.execution().kernel(),
+          entry.fleet().host(), entry.fleet().gpu(),
+          local.entry().execution().kernel());
+    }
+    lag = now - row.published_at;
+    spdlog::debug("fleet: adopting {} (seq {}) from {}", row.key_id, row.seq,
+                  row.publisher.instance);
+    entries.push_back(std::move(entry));
+  }
+  absl::Status s =
+      store_->PutAllWith(entries, [&](Connection& db) -> absl::Status {
+        if (!erased.empty()) {
+          absl::StatusOr<Statement> st =
+              db.Prepare("DELETE FROM entries WHERE key_id = ?1");
+          if (!st.ok()) return st.status();
+          for (const std::string& id : erased) {
+            st->BindText(1, id);
+            if (auto s = st->Run(); !s.ok()) return s;
+            st->Reset();
+          }
+        }
+        if (feed_seq == 0) return absl::OkStatus();
+        return SetState(db, "feed_seq", absl::StrCat(feed_seq));
+      });
+  if (!s.ok()) return s;
+  if (!entries.empty()) arbiter_->Install(entries);
+  if (!erased.empty()) {
+    arbiter_->Erase(erased);
+    spdlog::info("fleet: {} entries deleted fleet-wide were dropped here",
+                 erased.size());
+  }
+  adopted_.fetch_add(entries.size());
+  absl::MutexLock lock(&mu_);
+  if (feed_seq != 0) feed_seq_ = std::max(feed_seq_, feed_seq);
+  if (!entries.empty() && lag != absl::ZeroDuration()) feed_lag_ = lag;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FleetLink::FollowOnce(FleetConnection& conn) {
+  uint64_t after;
+  {
+    absl::MutexLock lock(&mu_);
+    after = feed_seq_;
+  }
+  absl::StatusOr<std::vector<FleetConnection::FeedRow>> rows =
+      conn.ReadFeed(fingerprint_, after, kFeedPage);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) {
+    absl::MutexLock lock(&mu_);
+    fleet_seq_ = std::max(fleet_seq_, after);
+    return false;
+  }
+  const uint64_t last = rows->back().seq;
+  if (absl::Status s = Adopt(*rows, last); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("adopting fleet entries: ", s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  fleet_seq_ = std::max(fleet_seq_, last);
+  return rows->size() == static_cast<size_t>(kFeedPage);
+}
+
+void FleetLink::FollowerLoop() {
+  absl::Duration backoff = options_.retry_min;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    absl::StatusOr<std::unique_ptr<FleetConnection>> conn = Connect();
+    absl::Status s = conn.status();
+    if (s.ok()) {
+      absl::StatusOr<std::string> fleet_id = (*conn)->PrepareSchema();
+      s = fleet_id.status();
+      if (s.ok()) {
+        // A database that is not the one our feed position counts in (a new
+        // fleet, or one restored): start from its beginning.
+        s = store_->Transact([&](Connection& db) -> absl::Status {
+          absl::StatusOr<std::string> known = GetState(db, "fleet_id");
+          if (!known.ok()) return known.status();
+          if (*known == *fleet_id) return absl::OkStatus();
+          if (!known->empty()) {
+            spdlog::warn(
+                "fleet: {} is another fleet than before ({} was {}): "
+                "following its feed from the start",
+                target_, *fleet_id, *known);
+          }
+          if (auto s = SetState(db, "fleet_id", *fleet_id); !s.ok()) return s;
+          if (auto s = SetState(db, "feed_seq", "0"); !s.ok()) return s;
+          absl::MutexLock lock(&mu_);
+          feed_seq_ = 0;
+          return absl::OkStatus();
+        });
+      }
+      if (s.ok()) s = (*conn)->Listen(fingerprint_);
+      if (s.ok()) {
+        // Claims work from the moment the link says it is connected.
+        absl::StatusOr<std::unique_ptr<FleetConnection>> claims = Connect();
+        s = claims.status();
+        if (s.ok()) {
+          absl::MutexLock lock(&claim_mu_);
+          claim_conn_ = std::move(*claims);
+        }
+      }
+    }
+    if (s.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        schema_ok_ = true;
+        outbox_ready_ = true;  // reconcile what waited
+      }
+      SetConnected(true, "");
+      backoff = options_.retry_min;
+      // Catch up, then follow: NOTIFY wakes us, the poll covers what a
+      // notification cannot (it is not replayed).
+      int pages = 0;
+      while (true) {
+        absl::StatusOr<bool> more = FollowOnce(**conn);
+        if (!more.ok()) {
+          s = more.status();
+          break;
+        }
+        if (*more) {
+          ++pages;
+          continue;
+        }
+        if (pages >= 8) malloc_trim(0);  // a large catch-up's transient pages
+        pages = 0;
+        absl::StatusOr<bool> woke =
+            (*conn)->WaitForNotify(options_.poll_interval, wake_fds_[0]);
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopping_) return;
+        }
+        if (!woke.ok()) {
+          s = woke.status();
+          break;
+        }
+      }
+    }
+    SetConnected(false, std::string(s.message()));
+    if (!Nap(backoff)) return;
+    backoff = std::min(backoff * 2, options_.retry_max);
+  }
+}
+
+void FleetLink::FillStatus(v1::FleetStatus* status) const {
+  status->set_target(target_);
+  status->set_host(me_.host);
+  status->set_gpu(me_.gpu);
+  status->set_instance(me_.instance);
+  status->set_outbox_overflow(outbox_overflow_.load());
+  status->set_published(published_.load());
+  status->set_adopted(adopted_.load());
+  status->set_refused(refused_.load());
+  status->set_local_only_claims(local_only_claims_.load());
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  status->set_connected(connected_);
+  status->set_error(error_);
+  status->set_outbox_depth(outbox_depth_);
+  status->set_feed_seq(feed_seq_);
+  status->set_fleet_seq(fleet_seq_);
+  *status->mutable_feed_lag() = ToProto(feed_lag_);
+  status->set_claims_held(static_cast<uint32_t>(held_.size()));
+  uint32_t waited = 0;
+  for (const auto& [key_id, until] : waited_) waited += until > now ? 1 : 0;
+  status->set_claims_waited(waited);
+}
+
+}  // namespace gputune::fleet

@@ -1,0 +1,685 @@
+#include "daemon/fleet/fleet_store.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace gputune::fleet {
+namespace {
+
+constexpr char kSchemaV1[] = R"sql(
+CREATE TABLE fleet_meta (
+  name  text PRIMARY KEY,
+  value text NOT NULL
+);
+CREATE SEQUENCE fleet_fence;
+CREATE SEQUENCE fleet_feed;
+CREATE TABLE fleet_entries (
+  fingerprint   text NOT NULL,
+  key_id        text NOT NULL,
+  candidate_set text NOT NULL,
+  seq           bigint NOT NULL,
+  deleted       boolean NOT NULL DEFAULT false,
+  fence         bigint NOT NULL,
+  host          text NOT NULL,
+  gpu           text NOT NULL,
+  instance      text NOT NULL,
+  entry         bytea NOT NULL,
+  published_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (fingerprint, key_id, candidate_set)
+);
+CREATE UNIQUE INDEX fleet_entries_feed ON fleet_entries (fingerprint, seq);
+CREATE TABLE fleet_claims (
+  fingerprint text NOT NULL,
+  key_id      text NOT NULL,
+  fence       bigint NOT NULL,
+  host        text NOT NULL,
+  gpu         text NOT NULL,
+  instance    text NOT NULL,
+  expires_at  timestamptz NOT NULL,
+  released    boolean NOT NULL DEFAULT false,
+  PRIMARY KEY (fingerprint, key_id)
+);
+INSERT INTO fleet_meta VALUES ('schema_version', '1'),
+                              ('fleet_id', gen_random_uuid()::text);
+)sql";
+
+// Every migration takes the schema from version i to i + 1.
+constexpr const char* kMigrations[] = {kSchemaV1};
+static_assert(std::size(kMigrations) == kFleetSchemaVersion);
+
+// Serialises schema creation among daemons starting at once.
+constexpr char kSchemaLock[] = "SELECT pg_advisory_xact_lock(7236011937)";
+// Serialises the feed of one fingerprint ($1).
+constexpr char kFeedLock[] =
+    "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+struct ResultCloser {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using Result = std::unique_ptr<PGresult, ResultCloser>;
+
+// A statement parameter: text, or binary bytes (bytea).
+struct Param {
+  std::string value;
+  bool binary = false;
+};
+Param Text(std::string v) { return {std::move(v), false}; }
+Param Int(uint64_t v) { return {absl::StrCat(v), false}; }
+Param Bytes(std::string v) { return {std::move(v), true}; }
+
+// libpq's messages span lines ("...\n\tIs the server running..."): one
+// line, for logs and GetStatus.
+std::string Trim(const char* message) {
+  std::string out;
+  bool space = false;
+  for (char c : absl::StripAsciiWhitespace(message)) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      space = true;
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
+absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
+                            const std::vector<Param>& params = {}) {
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  for (const Param& p : params) {
+    values.push_back(p.value.data());
+    lengths.push_back(static_cast<int>(p.value.size()));
+    formats.push_back(p.binary ? 1 : 0);
+  }
+  // Without parameters, the simple protocol: a migration is several
+  // statements.
+  Result r(params.empty()
+               ? PQexec(conn, sql)
+               : PQexecParams(conn, sql, static_cast<int>(params.size()),
+                              nullptr, values.data(), lengths.data(),
+                              formats.data(), 0));
+  const ExecStatusType st = PQresultStatus(r.get());
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+  const std::string message =
+      r ? Trim(PQresultErrorMessage(r.get())) : Trim(PQerrorMessage(conn));
+  if (PQstatus(conn) != CONNECTION_OK) {
+    return absl::UnavailableError(
+        absl::StrCat("the fleet connection broke: ", message));
+  }
+  const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : "";
+  const absl::string_view code = state ? state : "";
+  if (code == "42501") {  // insufficient_privilege
+    return absl::PermissionDeniedError(message);
+  }
+  if (code == "57014" || absl::StartsWith(code, "40") ||
+      absl::StartsWith(code, "08") || code == "55P03") {
+    // canceled (statement_timeout), serialization/deadlock, connection,
+    // lock not available: worth a retry.
+    return absl::UnavailableError(message);
+  }
+  return absl::InternalError(message);
+}
+
+std::string Value(const Result& r, int row, int col) {
+  return std::string(PQgetvalue(r.get(), row, col),
+                     PQgetlength(r.get(), row, col));
+}
+
+uint64_t UintValue(const Result& r, int row, int col) {
+  uint64_t v = 0;
+  (void)absl::SimpleAtoi(Value(r, row, col), &v);
+  return v;
+}
+
+bool BoolValue(const Result& r, int row, int col) {
+  return Value(r, row, col) == "t";
+}
+
+// A bytea column in text form (hex) as its bytes.
+std::string ByteaValue(const Result& r, int row, int col) {
+  size_t n = 0;
+  unsigned char* bytes = PQunescapeBytea(
+      reinterpret_cast<const unsigned char*>(PQgetvalue(r.get(), row, col)),
+      &n);
+  if (bytes == nullptr) return "";
+  std::string out(reinterpret_cast<char*>(bytes), n);
+  PQfreemem(bytes);
+  return out;
+}
+
+// BEGIN ... COMMIT around `body`; ROLLBACK when it fails.
+template <typename T, typename F>
+absl::StatusOr<T> InTransaction(PGconn* conn, F body) {
+  if (auto r = Exec(conn, "BEGIN"); !r.ok()) return r.status();
+  absl::StatusOr<T> result = body();
+  if (!result.ok()) {
+    (void)Exec(conn, "ROLLBACK");
+    return result;
+  }
+  if (auto r = Exec(conn, "COMMIT"); !r.ok()) return r.status();
+  return result;
+}
+
+std::string Channel(const std::string& fingerprint) {
+  return absl::StrCat("gputune_fleet_", fingerprint);
+}
+
+absl::Status CheckFingerprint(const std::string& fingerprint) {
+  if (fingerprint.empty() || fingerprint.size() > 32) {
+    return absl::InvalidArgumentError("fingerprint digest: 1-32 hex digits");
+  }
+  for (char c : fingerprint) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) ||
+        absl::ascii_isupper(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          "fingerprint digest: lowercase hex digits only");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Duration Millis(const std::string& text) {
+  double ms = 0;
+  (void)absl::SimpleAtod(text, &ms);
+  return absl::Milliseconds(ms);
+}
+
+std::string Ms(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Milliseconds(d));
+}
+
+constexpr char kRowColumns[] =
+    "seq, key_id, candidate_set, deleted, entry, host, gpu, instance, fence, "
+    "extract(epoch FROM published_at) * 1000000";
+
+FleetConnection::FeedRow RowAt(const Result& r, int i) {
+  FleetConnection::FeedRow row;
+  row.seq = UintValue(r, i, 0);
+  row.key_id = Value(r, i, 1);
+  row.candidate_set = Value(r, i, 2);
+  row.deleted = BoolValue(r, i, 3);
+  if (!row.deleted) row.entry = ByteaValue(r, i, 4);
+  row.publisher = {Value(r, i, 5), Value(r, i, 6), Value(r, i, 7)};
+  row.fence = UintValue(r, i, 8);
+  double micros = 0;
+  (void)absl::SimpleAtod(Value(r, i, 9), &micros);
+  row.published_at = absl::FromUnixMicros(static_cast<int64_t>(micros));
+  return row;
+}
+
+// The canonical (live) entry of (fingerprint, key, candidate set), if any.
+absl::StatusOr<std::optional<FleetConnection::FeedRow>> Canonical(
+    PGconn* conn, const std::string& fingerprint, const std::string& key_id,
+    const std::string& candidate_set) {
+  absl::StatusOr<Result> r =
+      Exec(conn,
+           absl::StrCat("SELECT ", kRowColumns,
+                        " FROM fleet_entries WHERE fingerprint = $1 AND "
+                        "key_id = $2 AND candidate_set = $3 AND NOT deleted")
+               .c_str(),
+           {Text(fingerprint), Text(key_id), Text(candidate_set)});
+  if (!r.ok()) return r.status();
+  if (PQntuples(r->get()) != 1)
+    return std::optional<FleetConnection::FeedRow>();
+  return std::optional<FleetConnection::FeedRow>(RowAt(*r, 0));
+}
+
+// One publish, inside a transaction that holds the fingerprint's feed lock
+// (FleetConnection::Publish states the rules).
+absl::StatusOr<FleetConnection::PublishResult> PublishLocked(
+    PGconn* conn_, const std::string& fingerprint,
+    const FleetConnection::PublishRequest& request, const FleetIdentity& me) {
+  using PublishResult = FleetConnection::PublishResult;
+  using FeedRow = FleetConnection::FeedRow;
+  const std::string& key_id = request.key_id;
+  const std::string& candidate_set = request.candidate_set;
+  const uint64_t fence = request.fence;
+  const std::string& entry = request.entry;
+  PublishResult result;
+  auto canonical = [&] {
+    return Canonical(conn_, fingerprint, key_id, candidate_set);
+  };
+  // The key's claim, locked: claims wait for this publish.
+  absl::StatusOr<Result> claim = Exec(
+      conn_,
+      "SELECT fence, host, gpu, instance, released, "
+      "  expires_at > clock_timestamp() "
+      "FROM fleet_claims WHERE fingerprint = $1 AND key_id = $2 FOR UPDATE",
+      {Text(fingerprint), Text(key_id)});
+  if (!claim.ok()) return claim.status();
+  const bool has_claim = PQntuples(claim->get()) == 1;
+  const uint64_t claim_fence = has_claim ? UintValue(*claim, 0, 0) : 0;
+  const std::string holder =
+      has_claim ? absl::StrCat(Value(*claim, 0, 1), " ", Value(*claim, 0, 2))
+                : "";
+  if (fence != 0 && claim_fence != fence) {
+    result.outcome = PublishResult::kSuperseded;
+    result.reason =
+        has_claim
+            ? absl::StrCat("fleet claim ", fence, " was superseded by claim ",
+                           claim_fence, " of ", holder)
+            : absl::StrCat("fleet claim ", fence, " no longer exists");
+    absl::StatusOr<std::optional<FeedRow>> c = canonical();
+    if (!c.ok()) return c.status();
+    result.canonical = std::move(*c);
+    return result;
+  }
+  if (fence == 0 && has_claim && !BoolValue(*claim, 0, 4) &&
+      BoolValue(*claim, 0, 5) && Value(*claim, 0, 3) != me.instance) {
+    result.outcome = PublishResult::kHeld;
+    result.reason =
+        absl::StrCat("fleet claim ", claim_fence, " of ", holder, " is live");
+    return result;
+  }
+  absl::StatusOr<std::optional<FeedRow>> existing = canonical();
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) {
+    if ((*existing)->publisher.instance == me.instance &&
+        (*existing)->fence == fence) {
+      result.outcome = PublishResult::kAccepted;  // a retry of ours
+      result.seq = (*existing)->seq;
+      return result;
+    }
+    result.outcome = PublishResult::kCanonical;
+    result.canonical = std::move(*existing);
+    return result;
+  }
+  absl::StatusOr<Result> inserted = Exec(
+      conn_,
+      "INSERT INTO fleet_entries AS e (fingerprint, key_id, candidate_set, "
+      "  seq, fence, host, gpu, instance, entry) "
+      "VALUES ($1, $2, $3, nextval('fleet_feed'), $4, $5, $6, $7, $8) "
+      "ON CONFLICT (fingerprint, key_id, candidate_set) DO UPDATE SET "
+      "  seq = EXCLUDED.seq, deleted = false, fence = EXCLUDED.fence, "
+      "  host = EXCLUDED.host, gpu = EXCLUDED.gpu, "
+      "  instance = EXCLUDED.instance, entry = EXCLUDED.entry, "
+      "  published_at = clock_timestamp() "
+      "WHERE e.deleted "
+      "RETURNING seq",
+      {Text(fingerprint), Text(key_id), Text(candidate_set), Int(fence),
+       Text(me.host), Text(me.gpu), Text(me.instance), Bytes(entry)});
+  if (!inserted.ok()) return inserted.status();
+  if (PQntuples(inserted->get()) != 1) {
+    return absl::UnavailableError("the fleet entry changed meanwhile: retry");
+  }
+  result.outcome = PublishResult::kAccepted;
+  result.seq = UintValue(*inserted, 0, 0);
+  // The claim ends with the publish. An unfenced publish leaves a released
+  // claim row, so that later claims of the key wait on its row too.
+  absl::StatusOr<Result> released =
+      fence != 0
+          ? Exec(conn_,
+                 "UPDATE fleet_claims SET released = true WHERE "
+                 "fingerprint = $1 AND key_id = $2 AND fence = $3",
+                 {Text(fingerprint), Text(key_id), Int(fence)})
+          : Exec(conn_,
+                 "INSERT INTO fleet_claims AS c (fingerprint, key_id, fence, "
+                 "  host, gpu, instance, expires_at, released) "
+                 "VALUES ($1, $2, nextval('fleet_fence'), $3, $4, $5, "
+                 "        clock_timestamp(), true) "
+                 "ON CONFLICT (fingerprint, key_id) DO UPDATE SET "
+                 "  released = true",
+                 {Text(fingerprint), Text(key_id), Text(me.host), Text(me.gpu),
+                  Text(me.instance)});
+  if (!released.ok()) return released.status();
+  return result;
+}
+
+}  // namespace
+
+std::string RedactConnInfo(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
+  if (options == nullptr) {
+    if (error != nullptr) PQfreemem(error);
+    return "(invalid connection string)";
+  }
+  std::vector<std::string> parts;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || *o->val == '\0') continue;
+    const absl::string_view keyword = o->keyword;
+    if (keyword == "password") {
+      parts.push_back("password=***");
+    } else {
+      parts.push_back(absl::StrCat(keyword, "=", o->val));
+    }
+  }
+  PQconninfoFree(options);
+  return absl::StrJoin(parts, " ");
+}
+
+absl::StatusOr<std::unique_ptr<FleetConnection>> FleetConnection::Connect(
+    const std::string& conninfo, absl::Duration statement_timeout) {
+  {
+    char* error = nullptr;
+    PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
+    if (options == nullptr) {
+      std::string why = error ? Trim(error) : "cannot parse it";
+      if (error != nullptr) PQfreemem(error);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--fleet: not a libpq connection string or postgresql:// URI: ",
+          why));
+    }
+    PQconninfoFree(options);
+  }
+  // Defaults first: the string given overrides them (expand_dbname).
+  const char* keywords[] = {"connect_timeout", "application_name", "dbname",
+                            nullptr};
+  const char* values[] = {"5", "gputuned", conninfo.c_str(), nullptr};
+  PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
+  if (conn == nullptr) return absl::ResourceExhaustedError("out of memory");
+  std::unique_ptr<FleetConnection> c(new FleetConnection(conn));
+  if (PQstatus(conn) != CONNECTION_OK) {
+    const std::string message = Trim(PQerrorMessage(conn));
+    if (absl::StrContains(message, "password authentication failed") ||
+        absl::StrContains(message, "no password supplied") ||
+        absl::StrContains(message, "authentication failed")) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          message,
+          " (check the password in --fleet, PGPASSFILE or ~/.pgpass)"));
+    }
+    return absl::UnavailableError(message);
+  }
+  if (auto r = Exec(
+          conn, absl::StrCat("SET statement_timeout = ", Ms(statement_timeout))
+                    .c_str());
+      !r.ok()) {
+    return r.status();
+  }
+  return c;
+}
+
+FleetConnection::~FleetConnection() { PQfinish(conn_); }
+
+bool FleetConnection::ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+
+absl::StatusOr<std::string> FleetConnection::PrepareSchema() {
+  return InTransaction<
+      std::string>(conn_, [&]() -> absl::StatusOr<std::string> {
+    if (auto r = Exec(conn_, kSchemaLock); !r.ok()) return r.status();
+    absl::StatusOr<Result> exists =
+        Exec(conn_, "SELECT to_regclass('fleet_meta') IS NOT NULL");
+    if (!exists.ok()) return exists.status();
+    int64_t version = 0;
+    if (BoolValue(*exists, 0, 0)) {
+      absl::StatusOr<Result> v = Exec(
+          conn_, "SELECT value FROM fleet_meta WHERE name = 'schema_version'");
+      if (!v.ok()) return v.status();
+      if (PQntuples(v->get()) != 1 ||
+          !absl::SimpleAtoi(Value(*v, 0, 0), &version)) {
+        return absl::FailedPreconditionError(
+            "fleet_meta has no readable schema_version: this database is not "
+            "a gputune fleet (point --fleet at the fleet's own database)");
+      }
+    }
+    if (version > kFleetSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the fleet schema version ", version,
+          " is newer than this gputuned understands (", kFleetSchemaVersion,
+          "): upgrade gputuned on this host; serving locally until then"));
+    }
+    for (int64_t v = version; v < kFleetSchemaVersion; ++v) {
+      if (auto r = Exec(conn_, kMigrations[v]); !r.ok()) {
+        if (r.status().code() == absl::StatusCode::kPermissionDenied) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the fleet schema needs creating or migrating to version ", v + 1,
+              " and this role may not: ", r.status().message(),
+              " (run gputuned once as the fleet database's owner)"));
+        }
+        return absl::Status(r.status().code(),
+                            absl::StrCat("migrating the fleet schema to v",
+                                         v + 1, ": ", r.status().message()));
+      }
+    }
+    absl::StatusOr<Result> id =
+        Exec(conn_, "SELECT value FROM fleet_meta WHERE name = 'fleet_id'");
+    if (!id.ok()) return id.status();
+    if (PQntuples(id->get()) != 1) {
+      return absl::FailedPreconditionError("fleet_meta has no fleet_id");
+    }
+    return Value(*id, 0, 0);
+  });
+}
+
+absl::StatusOr<FleetConnection::ClaimResult> FleetConnection::Claim(
+    const std::string& fingerprint, const std::string& key_id,
+    const std::string& candidate_set, const FleetIdentity& me,
+    absl::Duration ttl) {
+  if (auto s = CheckFingerprint(fingerprint); !s.ok()) return s;
+  return InTransaction<
+      ClaimResult>(conn_, [&]() -> absl::StatusOr<ClaimResult> {
+    ClaimResult result;
+    // The claim first: it waits for a publish of the key in flight (which
+    // holds the claim's row), so the check for a canonical entry below sees
+    // that publish.
+    absl::StatusOr<Result> granted = Exec(
+        conn_,
+        "INSERT INTO fleet_claims AS c "
+        "  (fingerprint, key_id, fence, host, gpu, instance, expires_at) "
+        "VALUES ($1, $2, nextval('fleet_fence'), $3, $4, $5, "
+        "        clock_timestamp() + $6 * interval '1 millisecond') "
+        "ON CONFLICT (fingerprint, key_id) DO UPDATE SET "
+        "  fence = EXCLUDED.fence, host = EXCLUDED.host, gpu = EXCLUDED.gpu, "
+        "  instance = EXCLUDED.instance, expires_at = EXCLUDED.expires_at, "
+        "  released = false "
+        "WHERE c.released OR c.expires_at <= clock_timestamp() "
+        "   OR c.instance = EXCLUDED.instance "
+        "RETURNING fence",
+        {Text(fingerprint), Text(key_id), Text(me.host), Text(me.gpu),
+         Text(me.instance), Text(Ms(ttl))});
+    if (!granted.ok()) return granted.status();
+    if (PQntuples(granted->get()) == 1) {
+      result.outcome = ClaimResult::kGranted;
+      result.fence = UintValue(*granted, 0, 0);
+    } else {
+      absl::StatusOr<Result> held =
+          Exec(conn_,
+               "SELECT fence, host, gpu, instance, "
+               "  extract(epoch FROM expires_at - clock_timestamp()) * 1000 "
+               "FROM fleet_claims WHERE fingerprint = $1 AND key_id = $2",
+               {Text(fingerprint), Text(key_id)});
+      if (!held.ok()) return held.status();
+      if (PQntuples(held->get()) != 1) {
+        return absl::UnavailableError("the fleet claim vanished: retry");
+      }
+      result.outcome = ClaimResult::kHeld;
+      result.fence = UintValue(*held, 0, 0);
+      result.holder = {Value(*held, 0, 1), Value(*held, 0, 2),
+                       Value(*held, 0, 3)};
+      result.remaining = Millis(Value(*held, 0, 4));
+    }
+    absl::StatusOr<std::optional<FeedRow>> canonical =
+        Canonical(conn_, fingerprint, key_id, candidate_set);
+    if (!canonical.ok()) return canonical.status();
+    if (canonical->has_value()) {
+      if (result.outcome == ClaimResult::kGranted) {
+        if (auto r = Exec(conn_,
+                          "UPDATE fleet_claims SET released = true WHERE "
+                          "fingerprint = $1 AND key_id = $2 AND fence = $3",
+                          {Text(fingerprint), Text(key_id), Int(result.fence)});
+            !r.ok()) {
+          return r.status();
+        }
+      }
+      result = ClaimResult();
+      result.outcome = ClaimResult::kCanonical;
+      result.canonical = std::move(**canonical);
+    }
+    return result;
+  });
+}
+
+absl::StatusOr<bool> FleetConnection::Renew(const std::string& fingerprint,
+                                            const std::string& key_id,
+                                            uint64_t fence,
+                                            absl::Duration ttl) {
+  absl::StatusOr<Result> r = Exec(
+      conn_,
+      "UPDATE fleet_claims SET expires_at = greatest(expires_at, "
+      "  clock_timestamp() + $4 * interval '1 millisecond') "
+      "WHERE fingerprint = $1 AND key_id = $2 AND fence = $3 AND NOT released "
+      "RETURNING 1",
+      {Text(fingerprint), Text(key_id), Int(fence), Text(Ms(ttl))});
+  if (!r.ok()) return r.status();
+  return PQntuples(r->get()) == 1;
+}
+
+absl::Status FleetConnection::Release(const std::string& fingerprint,
+                                      const std::string& key_id,
+                                      uint64_t fence) {
+  return Exec(conn_,
+              "UPDATE fleet_claims SET released = true WHERE fingerprint = $1 "
+              "AND key_id = $2 AND fence = $3",
+              {Text(fingerprint), Text(key_id), Int(fence)})
+      .status();
+}
+
+absl::StatusOr<FleetConnection::PublishResult> FleetConnection::Publish(
+    const std::string& fingerprint, const std::string& key_id,
+    const std::string& candidate_set, uint64_t fence, const std::string& entry,
+    const FleetIdentity& me) {
+  absl::StatusOr<std::vector<PublishResult>> results = PublishAll(
+      fingerprint, {PublishRequest{key_id, candidate_set, fence, entry}}, me);
+  if (!results.ok()) return results.status();
+  return std::move(results->front());
+}
+
+absl::StatusOr<std::vector<FleetConnection::PublishResult>>
+FleetConnection::PublishAll(const std::string& fingerprint,
+                            const std::vector<PublishRequest>& requests,
+                            const FleetIdentity& me) {
+  if (auto s = CheckFingerprint(fingerprint); !s.ok()) return s;
+  return InTransaction<std::vector<PublishResult>>(
+      conn_, [&]() -> absl::StatusOr<std::vector<PublishResult>> {
+        if (auto r = Exec(conn_, kFeedLock, {Text(fingerprint)}); !r.ok()) {
+          return r.status();
+        }
+        std::vector<PublishResult> results;
+        uint64_t last_seq = 0;
+        for (const PublishRequest& request : requests) {
+          absl::StatusOr<PublishResult> r =
+              PublishLocked(conn_, fingerprint, request, me);
+          if (!r.ok()) return r.status();
+          if (r->outcome == PublishResult::kAccepted) {
+            last_seq = std::max(last_seq, r->seq);
+          }
+          results.push_back(std::move(*r));
+        }
+        if (last_seq != 0) {
+          if (auto r = Exec(conn_, "SELECT pg_notify($1, $2)",
+                            {Text(Channel(fingerprint)), Int(last_seq)});
+              !r.ok()) {
+            return r.status();
+          }
+        }
+        return results;
+      });
+}
+
+absl::StatusOr<uint64_t> FleetConnection::Delete(
+    const std::string& fingerprint, const std::vector<std::string>& key_ids) {
+  if (auto s = CheckFingerprint(fingerprint); !s.ok()) return s;
+  return InTransaction<uint64_t>(conn_, [&]() -> absl::StatusOr<uint64_t> {
+    if (auto r = Exec(conn_, kFeedLock, {Text(fingerprint)}); !r.ok()) {
+      return r.status();
+    }
+    // Sequence numbers are taken under the lock, so the feed stays ordered.
+    constexpr char kDelete[] =
+        "UPDATE fleet_entries SET deleted = true, entry = ''::bytea, "
+        "  seq = nextval('fleet_feed'), published_at = clock_timestamp() "
+        "WHERE fingerprint = $1 AND NOT deleted AND ($2 = '' OR key_id = $2) "
+        "RETURNING seq";
+    uint64_t n = 0;
+    const std::vector<std::string> all = {""};
+    for (const std::string& id : key_ids.empty() ? all : key_ids) {
+      absl::StatusOr<Result> r =
+          Exec(conn_, kDelete, {Text(fingerprint), Text(id)});
+      if (!r.ok()) return r.status();
+      n += static_cast<uint64_t>(PQntuples(r->get()));
+    }
+    if (n > 0) {
+      if (auto s = Exec(conn_, "SELECT pg_notify($1, 'deleted')",
+                        {Text(Channel(fingerprint))});
+          !s.ok()) {
+        return s.status();
+      }
+    }
+    return n;
+  });
+}
+
+absl::StatusOr<std::vector<FleetConnection::FeedRow>> FleetConnection::ReadFeed(
+    const std::string& fingerprint, uint64_t after_seq, int limit) {
+  absl::StatusOr<Result> r = Exec(
+      conn_,
+      absl::StrCat("SELECT ", kRowColumns,
+                   " FROM fleet_entries WHERE fingerprint = $1 AND seq > $2 "
+                   "ORDER BY fingerprint, seq LIMIT $3")
+          .c_str(),
+      {Text(fingerprint), Int(after_seq), Int(static_cast<uint64_t>(limit))});
+  if (!r.ok()) return r.status();
+  std::vector<FeedRow> rows;
+  const int n = PQntuples(r->get());
+  rows.reserve(n);
+  for (int i = 0; i < n; ++i) rows.push_back(RowAt(*r, i));
+  return rows;
+}
+
+absl::StatusOr<uint64_t> FleetConnection::LastSeq(
+    const std::string& fingerprint) {
+  absl::StatusOr<Result> r = Exec(
+      conn_,
+      "SELECT coalesce(max(seq), 0) FROM fleet_entries WHERE fingerprint = $1",
+      {Text(fingerprint)});
+  if (!r.ok()) return r.status();
+  return UintValue(*r, 0, 0);
+}
+
+absl::Status FleetConnection::Listen(const std::string& fingerprint) {
+  if (auto s = CheckFingerprint(fingerprint); !s.ok()) return s;
+  // A checked digest is a valid identifier as it is.
+  return Exec(conn_, absl::StrCat("LISTEN ", Channel(fingerprint)).c_str())
+      .status();
+}
+
+absl::StatusOr<bool> FleetConnection::WaitForNotify(absl::Duration timeout,
+                                                    int wake_fd) {
+  auto drain = [&]() -> absl::StatusOr<bool> {
+    if (PQconsumeInput(conn_) == 0) {
+      return absl::UnavailableError(absl::StrCat("the fleet connection broke: ",
+                                                 Trim(PQerrorMessage(conn_))));
+    }
+    bool got = false;
+    while (PGnotify* n = PQnotifies(conn_)) {
+      got = true;
+      PQfreemem(n);
+    }
+    return got;
+  };
+  absl::StatusOr<bool> pending = drain();
+  if (!pending.ok() || *pending) return pending;
+  pollfd fds[2] = {{PQsocket(conn_), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  const int n = poll(fds, wake_fd >= 0 ? 2 : 1,
+                     static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  if (n <= 0 || (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) == 0) {
+    return false;
+  }
+  return drain();
+}
+
+}  // namespace gputune::fleet

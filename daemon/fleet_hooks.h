@@ -1,0 +1,55 @@
+// FleetHooks: the only things the arbiter's callers (JobQueue and
+// TuneServiceImpl) ask of the fleet tier. A null FleetHooks* means no fleet
+// (gputuned without --fleet): the callers then use Arbiter::Claim and
+// TuneStore::Put directly, exactly as before.
+//
+// The fleet tier itself (daemon/fleet/fleet_link.h) implements this; the
+// arbiter, the job queue and the service know nothing else of it.
+#ifndef GPUTUNE_DAEMON_FLEET_HOOKS_H_
+#define GPUTUNE_DAEMON_FLEET_HOOKS_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "gputune/v1/tune.pb.h"
+
+namespace gputune {
+
+class FleetHooks {
+ public:
+  virtual ~FleetHooks() = default;
+
+  // Arbiter::Claim(key, holder, ttl), with the key's fleet claim taken
+  // first when a local grant is possible. Answers as Arbiter::Claim does:
+  // GRANTED (a local claim, backed by the fleet claim, or local-only while
+  // the fleet is unreachable), HIT (also when the fleet already had the
+  // canonical entry, which is then adopted), PENDING (a local holder, or
+  // another daemon of the fleet: then ClaimInfo.holder starts with "fleet:"
+  // and names its host, GPU and fleet claim; the local claim lapses with
+  // that fleet lease) or BACKOFF. Called on gRPC threads: costs at most one
+  // PostgreSQL round trip, bounded by the statement timeout, and none while
+  // the fleet is unreachable.
+  virtual absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
+                                                  absl::string_view holder,
+                                                  absl::Duration ttl) = 0;
+
+  // TuneStore::Put(entry) for a Record (daemon- or client-measured), with
+  // the entry's row in the fleet outbox written in the same SQLite
+  // transaction: the entry is never durable without being queued for the
+  // fleet. Call between Arbiter::BeginRecord and CommitRecord, where Put was
+  // called; blocks on SQLite.
+  virtual absl::Status PersistRecord(const v1::Entry& entry) = 0;
+
+  // After Arbiter::CommitRecord of a PersistRecord'ed entry: its outbox row
+  // may be published now (not before: an answer from the fleet must not
+  // reach the index ahead of the entry's own commit).
+  virtual void RecordCommitted(const v1::Key& key) = 0;
+
+  // The link's state, for GetStatus.
+  virtual void FillStatus(v1::FleetStatus* status) const = 0;
+};
+
+}  // namespace gputune
+
+#endif  // GPUTUNE_DAEMON_FLEET_HOOKS_H_

@@ -1,0 +1,554 @@
+// The fleet tier end to end: real gputuned processes (host backend: the same
+// fingerprint in every process of this machine) sharing a real PostgreSQL.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/gputunectl/commands.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/key_format.h"
+#include "proto/proto_time.h"
+#include "tests/fleet/fleet_test_support.h"
+#include "tests/support/catch.h"
+#include "tests/support/daemon_process.h"
+
+namespace gputune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DenseKey;
+using testing::PostgresServer;
+using Steady = std::chrono::steady_clock;
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
+// Flags for a fleet daemon: short leases and polls keep the suite quick.
+std::vector<std::string> FleetFlags(const std::string& conninfo,
+                                    std::vector<std::string> extra = {}) {
+  std::vector<std::string> flags = {"--backend=host",
+                                    "--fleet=" + conninfo,
+                                    "--tune_budget=100ms",
+                                    "--fleet_lease_ttl=1s",
+                                    "--fleet_poll_interval=200ms",
+                                    "--autotune_log=disabled",
+                                    "--log_level=debug"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+v1::GetStatusResponse Status(const DaemonProcess& d) {
+  v1::GetStatusResponse resp;
+  REQUIRE(d.Stub()->GetStatus(Ctx().get(), {}, &resp).ok());
+  return resp;
+}
+
+// A Lookup's answer as a KeyStatus: its state and its entry, parsed.
+v1::KeyStatus Lookup(const DaemonProcess& d, const v1::Key& key) {
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse resp;
+  REQUIRE(d.Stub()->Lookup(Ctx().get(), req, &resp).ok());
+  v1::KeyStatus status;
+  *status.mutable_key() = key;
+  status.set_state(resp.status().state());
+  if (!resp.status().entry().empty()) {
+    REQUIRE(status.mutable_entry()->ParseFromString(resp.status().entry()));
+  }
+  return status;
+}
+
+v1::Entry GetEntry(const DaemonProcess& d, const v1::Key& key) {
+  v1::GetEntryRequest req;
+  *req.mutable_key() = key;
+  v1::GetEntryResponse resp;
+  REQUIRE(d.Stub()->GetEntry(Ctx().get(), req, &resp).ok());
+  return resp.entry();
+}
+
+// Deterministic bytes (map fields in key order): equal messages, equal bytes.
+std::string Bytes(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+// Polls pred every 20 ms until it holds or `seconds` pass.
+bool WaitUntil(const std::function<bool()>& pred, double seconds = 20) {
+  const auto give_up = Steady::now() + std::chrono::milliseconds(
+                                           static_cast<int>(seconds * 1000));
+  while (Steady::now() < give_up) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+bool AllHit(const DaemonProcess& d, const std::vector<v1::Key>& keys) {
+  for (const v1::Key& key : keys) {
+    if (Lookup(d, key).state() != v1::KEY_STATE_HIT) return false;
+  }
+  return true;
+}
+
+// A client's Claim + Record of `key` with `kernel` chosen; the Record's
+// status.
+grpc::Status ClaimAndRecord(const DaemonProcess& d, const v1::Key& key,
+                            const std::string& kernel) {
+  auto stub = d.Stub();
+  v1::ClaimRequest claim;
+  *claim.mutable_key() = key;
+  claim.set_holder("fleet-test-client");
+  v1::ClaimResponse granted;
+  grpc::Status s = stub->Claim(Ctx().get(), claim, &granted);
+  if (!s.ok()) return s;
+  if (granted.outcome() != v1::CLAIM_OUTCOME_GRANTED) {
+    return grpc::Status(grpc::StatusCode::ABORTED, "claim not granted");
+  }
+  v1::RecordRequest req;
+  req.set_claim_id(granted.claim().claim_id());
+  req.mutable_execution()->set_kernel(kernel);
+  (*req.mutable_execution()->mutable_params())["tile"] = 64;
+  auto* m = req.add_measurements();
+  *m->mutable_execution() = req.execution();
+  m->set_validation(v1::VALIDATION_PASSED);
+  *m->mutable_median() = ToProto(absl::Microseconds(10));
+  m->set_samples(5);
+  m->set_chosen(true);
+  v1::RecordResponse resp;
+  return stub->Record(Ctx().get(), req, &resp);
+}
+
+// Starts one client process (tune_client.cc) per endpoint in `endpoints`;
+// each asks TuneDense (wait=true) for every key at once and exits 0 when all
+// were HITs. Returns how many processes succeeded.
+int RunClientProcesses(const std::vector<std::string>& endpoints,
+                       const std::vector<v1::Key>& keys) {
+  std::vector<std::string> args = {GPUTUNE_FLEET_TUNE_CLIENT, ""};
+  for (const v1::Key& key : keys) {
+    const auto& d = key.dense_bf16();
+    args.push_back(std::to_string(d.tokens()) + "x" +
+                   std::to_string(d.input_features()) + "x" +
+                   std::to_string(d.output_features()));
+  }
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);  // or the children write our buffers again
+  for (const std::string& endpoint : endpoints) {
+    args[1] = endpoint;
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int ok = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
+bool Connected(const DaemonProcess& d) { return Status(d).fleet().connected(); }
+
+// A PostgreSQL server with one fleet database and two daemons linked to it
+// (a with extra flags `a_flags`): `auto& [pg, conninfo, a, b] = fleet;`.
+struct FleetPair {
+  explicit FleetPair(const std::string& db,
+                     std::vector<std::string> a_flags = {})
+      : conninfo(pg.CreateDatabase(db)),
+        a(FleetFlags(conninfo, std::move(a_flags))),
+        b(FleetFlags(conninfo)) {
+    REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  }
+  PostgresServer pg;
+  std::string conninfo;
+  DaemonProcess a;
+  DaemonProcess b;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "3 daemons x 4 client processes asking for 4 new keys run 4 jobs in the "
+    "whole fleet and answer identical executions, and a late daemon is warm at "
+    "once") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("dedup");
+  std::vector<std::unique_ptr<DaemonProcess>> daemons;
+  for (int i = 0; i < 3; ++i) {
+    daemons.push_back(std::make_unique<DaemonProcess>(FleetFlags(conninfo)));
+  }
+  for (const auto& d : daemons) {
+    REQUIRE(WaitUntil([&] { return Connected(*d); }));
+  }
+  const std::vector<v1::Key> keys = {
+      DenseKey(1, 128, 128), DenseKey(2, 128, 128), DenseKey(3, 128, 256),
+      DenseKey(4, 256, 128)};
+  std::vector<std::string> endpoints;
+  for (const auto& d : daemons) {
+    for (int c = 0; c < 4; ++c) endpoints.push_back(d->endpoint());
+  }
+  const int clients_ok = RunClientProcesses(endpoints, keys);
+  if (clients_ok != 12) {
+    for (const auto& d : daemons)
+      std::printf("--- %s\n%s", d->dir().c_str(), d->Log().c_str());
+  }
+  REQUIRE(clients_ok == 12);
+
+  uint64_t jobs = 0;
+  for (const auto& d : daemons) jobs += Status(*d).jobs_completed();
+  if (jobs != 4) {
+    for (const auto& d : daemons) {
+      std::printf("--- %s\n%s", d->dir().c_str(), d->Log().c_str());
+    }
+  }
+  CHECK(jobs == 4);
+  CHECK(pg.QueryNumber("dedup", "SELECT count(*) FROM fleet_entries") == 4);
+  for (const v1::Key& key : keys) {
+    const std::string first =
+        Bytes(Lookup(*daemons[0], key).entry().execution());
+    for (const auto& d : daemons) {
+      const v1::KeyStatus s = Lookup(*d, key);
+      REQUIRE(s.state() == v1::KEY_STATE_HIT);
+      CHECK(Bytes(s.entry().execution()) == first);
+    }
+  }
+  // Entries adopted from the fleet say so, and who measured them.
+  int adopted = 0;
+  for (const auto& d : daemons) {
+    for (const v1::Key& key : keys) {
+      const v1::Entry e = GetEntry(*d, key);
+      if (e.source() != v1::SOURCE_FLEET) continue;
+      ++adopted;
+      CHECK(e.fleet().published_source() == v1::SOURCE_DAEMON_MEASURED);
+      CHECK_FALSE(e.fleet().host().empty());
+      CHECK_FALSE(e.fleet().gpu().empty());
+      CHECK(e.fleet().instance() != Status(*d).fleet().instance());
+      CHECK(e.fleet().seq() > 0);
+    }
+  }
+  CHECK(adopted == 8);  // each key measured once, adopted by the other two
+
+  // A daemon that joins later: every fleet entry a local HIT within 1 s of
+  // serving, without one benchmark.
+  const auto start = Steady::now();
+  DaemonProcess late(FleetFlags(conninfo));
+  const auto serving = Steady::now();
+  REQUIRE(WaitUntil([&] { return AllHit(late, keys); }, 5));
+  const double warm =
+      std::chrono::duration<double>(Steady::now() - serving).count();
+  INFO("warm " << warm << " s after serving ("
+               << std::chrono::duration<double>(serving - start).count()
+               << " s to serve)");
+  CHECK(warm <= 1.0);
+  CHECK(Status(late).jobs_completed() == 0);
+  CHECK(Status(late).fleet().adopted() == 4);
+}
+
+TEST_CASE(
+    "Records acknowledged while PostgreSQL is down, across a kill -9 of the "
+    "publisher, reach the fleet and the other daemons once it is back") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("outage");
+  auto& [pg, conninfo, a, b] = fleet;
+
+  pg.Stop();
+  REQUIRE(WaitUntil([&] { return !Connected(a); }));
+  const v1::FleetStatus down = Status(a).fleet();
+  CHECK_FALSE(down.error().empty());
+  {
+    grpc::health::v1::HealthCheckResponse health;
+    REQUIRE(grpc::health::v1::Health::NewStub(a.Channel())
+                ->Check(Ctx().get(), {}, &health)
+                .ok());
+    CHECK(health.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  // Health stays SERVING; Records are acknowledged locally.
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 6; ++i) keys.push_back(DenseKey(10 + i, 64, 64));
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(ClaimAndRecord(a, keys[i], "k" + std::to_string(i)).ok());
+  }
+  CHECK(Status(a).fleet().outbox_depth() == 3);
+  CHECK(Status(a).fleet().local_only_claims() >= 3);
+  a.Kill();  // kill -9 with three acknowledged Records unpublished
+  a.Start();
+  CHECK(Status(a).fleet().outbox_depth() == 3);  // the outbox survived
+  for (int i = 3; i < 6; ++i) {
+    REQUIRE(ClaimAndRecord(a, keys[i], "k" + std::to_string(i)).ok());
+  }
+  CHECK(Status(a).fleet().outbox_depth() == 6);
+  CHECK(AllHit(a, keys));
+  CHECK(Lookup(b, keys[0]).state() == v1::KEY_STATE_MISS);
+
+  pg.Start();
+  REQUIRE(WaitUntil([&] { return Status(a).fleet().outbox_depth() == 0; }));
+  REQUIRE(WaitUntil([&] { return AllHit(b, keys); }));
+  CHECK(pg.QueryNumber("outage", "SELECT count(*) FROM fleet_entries") == 6);
+  CHECK(pg.QueryNumber(
+            "outage", "SELECT count(DISTINCT key_id) FROM fleet_entries") == 6);
+  for (int i = 0; i < 6; ++i) {
+    const v1::Entry e = GetEntry(b, keys[i]);
+    CHECK(e.execution().kernel() == "k" + std::to_string(i));
+    CHECK(e.source() == v1::SOURCE_FLEET);
+    CHECK(e.fleet().published_source() == v1::SOURCE_CLIENT_MEASURED);
+    CHECK(e.fleet().fence() == 0);  // recorded without a fleet claim
+  }
+  CHECK(Status(b).entries() == 6);
+  CHECK(Status(a).fleet().connected());
+}
+
+TEST_CASE(
+    "a fleet holder stopped past its lease is taken over, and after it resumes "
+    "its publish is refused and the canonical entry stands") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  // A benchmarks slowly, so that it can be stopped while it holds the key.
+  FleetPair fleet("fence", {"--tune_budget=3s"});
+  auto& [pg, conninfo, a, b] = fleet;
+  const v1::Key key = DenseKey(5, 128, 128);
+  {
+    v1::TuneDenseRequest req;
+    *req.mutable_key() = key;
+    req.set_wait(false);
+    v1::TuneDenseResponse resp;
+    REQUIRE(a.Stub()->TuneDense(Ctx().get(), req, &resp).ok());
+  }
+  const std::string a_instance = Status(a).fleet().instance();
+  REQUIRE(WaitUntil([&] {
+    return pg.QueryNumber(
+               "fence", "SELECT count(*) FROM fleet_claims WHERE instance = '" +
+                            a_instance + "' AND NOT released") == 1;
+  }));
+  REQUIRE(kill(a.pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // > lease
+
+  // B takes the key over.
+  {
+    v1::TuneDenseRequest req;
+    *req.mutable_key() = key;
+    req.set_wait(true);
+    v1::TuneDenseResponse resp;
+    REQUIRE(b.Stub()->TuneDense(Ctx().get(), req, &resp).ok());
+    CHECK(resp.status().state() == v1::KEY_STATE_HIT);
+  }
+  CHECK(Status(b).jobs_completed() == 1);
+  const std::string b_instance = Status(b).fleet().instance();
+  const std::string canonical_query =
+      "SELECT instance FROM fleet_entries WHERE NOT deleted";
+  // B's Record is published in the background, after TuneDense answered.
+  REQUIRE(WaitUntil(
+      [&] { return pg.Query("fence", canonical_query).size() == 1; }));
+  CHECK(pg.Query("fence", canonical_query)[0][0] == b_instance);
+
+  REQUIRE(kill(a.pid(), SIGCONT) == 0);
+  // A finishes its benchmark; the fleet refuses it (superseded fence) and A
+  // serves the canonical entry.
+  REQUIRE(WaitUntil([&] { return Status(a).fleet().refused() == 1; }, 30));
+  CHECK(Status(a).jobs_completed() == 1);
+  REQUIRE(
+      WaitUntil([&] { return GetEntry(a, key).source() == v1::SOURCE_FLEET; }));
+  CHECK(Bytes(GetEntry(a, key).execution()) ==
+        Bytes(GetEntry(b, key).execution()));
+  CHECK(GetEntry(a, key).fleet().instance() == b_instance);
+  CHECK(a.Log().find("superseded") != std::string::npos);
+  REQUIRE(pg.Query("fence", canonical_query).size() == 1);
+  CHECK(pg.Query("fence", canonical_query)[0][0] == b_instance);
+}
+
+TEST_CASE(
+    "daemons of different fingerprints share a fleet database but never "
+    "each other's entries") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("fingerprints");
+  DaemonProcess host(FleetFlags(conninfo));
+  // The fault backend's fingerprint says "fault": another tuning target.
+  std::vector<std::string> fault_flags = FleetFlags(conninfo);
+  fault_flags[0] = "--backend=fault";
+  DaemonProcess fault(fault_flags);
+  REQUIRE(WaitUntil([&] { return Connected(host) && Connected(fault); }));
+  CHECK(Status(host).fingerprint().backend() == "host");
+  CHECK(Status(fault).fingerprint().backend() == "fault");
+
+  const v1::Key shared = DenseKey(6, 128, 128);
+  const v1::Key host_only = DenseKey(7, 128, 128);
+  REQUIRE(RunClientProcesses({host.endpoint(), fault.endpoint()}, {shared}) ==
+          2);
+  REQUIRE(RunClientProcesses({host.endpoint()}, {host_only}) == 1);
+  REQUIRE(WaitUntil([&] { return Status(host).fleet().published() == 2; }));
+  // Both measured the shared key: one job each, one fleet entry each.
+  CHECK(Status(host).jobs_completed() == 2);
+  CHECK(Status(fault).jobs_completed() == 1);
+  CHECK(pg.QueryNumber(
+            "fingerprints",
+            "SELECT count(DISTINCT fingerprint) FROM fleet_entries") == 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // 5 polls
+  CHECK(Lookup(fault, host_only).state() == v1::KEY_STATE_MISS);
+  CHECK(Status(fault).fleet().adopted() == 0);
+  CHECK(Status(host).fleet().adopted() == 0);
+  CHECK(GetEntry(fault, shared).fingerprint().backend() == "fault");
+  CHECK(GetEntry(host, shared).source() == v1::SOURCE_DAEMON_MEASURED);
+}
+
+TEST_CASE(
+    "a bad conninfo, a wrong password or a newer fleet schema: a clear "
+    "error, and the daemon serves and tunes locally") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  pg.CreateDatabase("errors");
+  const std::string newer = pg.CreateDatabase("newer");
+  {
+    // Make the schema, then claim it is from a later gputuned.
+    DaemonProcess maker(FleetFlags(newer));
+    REQUIRE(WaitUntil([&] { return Connected(maker); }));
+  }
+  pg.Query("newer",
+           "UPDATE fleet_meta SET value = '99' WHERE name = 'schema_version'");
+  struct Case {
+    std::string conninfo;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"host=/nonexistent-gputune-fleet dbname=fleet",
+       "/nonexistent-gputune-fleet"},
+      {pg.ConnInfo("errors", "wrong-password"),
+       "password authentication failed"},
+      {newer, "fleet schema version 99 is newer"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.conninfo);
+    DaemonProcess d(FleetFlags(c.conninfo));
+    REQUIRE(WaitUntil([&] {
+      return Status(d).fleet().error().find(c.error) != std::string::npos;
+    }));
+    const v1::GetStatusResponse s = Status(d);
+    CHECK_FALSE(s.fleet().connected());
+    CHECK(s.fleet().target().find("wrong-password") == std::string::npos);
+    v1::TuneDenseRequest req;
+    *req.mutable_key() = DenseKey(8, 64, 64);
+    req.set_wait(true);
+    v1::TuneDenseResponse resp;
+    REQUIRE(d.Stub()->TuneDense(Ctx().get(), req, &resp).ok());
+    CHECK(resp.status().state() == v1::KEY_STATE_HIT);
+    CHECK(Status(d).fleet().outbox_depth() == 1);
+    CHECK(d.Log().find(c.error) != std::string::npos);
+  }
+}
+
+}  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE(
+    "a daemon role with only the documented grants claims, publishes and "
+    "follows, and cannot create the schema") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string owner = pg.CreateDatabase("granted");
+  {
+    DaemonProcess maker(FleetFlags(owner));  // the owner makes the schema
+    REQUIRE(WaitUntil([&] { return Connected(maker); }));
+  }
+  pg.CreateDatabase("empty");
+  // docs/operations.md, "Roles and grants".
+  pg.Query("postgres", "CREATE ROLE gputune_daemon LOGIN PASSWORD 'daemon-pw'");
+  pg.Query("granted",
+           "GRANT CONNECT ON DATABASE granted TO gputune_daemon;"
+           "GRANT USAGE ON SCHEMA public TO gputune_daemon;"
+           "GRANT SELECT ON fleet_meta TO gputune_daemon;"
+           "GRANT SELECT, INSERT, UPDATE ON fleet_entries, fleet_claims TO "
+           "gputune_daemon;"
+           "GRANT USAGE ON SEQUENCE fleet_fence, fleet_feed TO gputune_daemon");
+  auto as_daemon = [&](const std::string& db) {
+    return "host=" + pg.socket_dir() + " dbname=" + db +
+           " user=gputune_daemon password=daemon-pw";
+  };
+  DaemonProcess a(FleetFlags(as_daemon("granted")));
+  DaemonProcess b(FleetFlags(as_daemon("granted")));
+  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  const v1::Key key = DenseKey(9, 128, 128);
+  REQUIRE(RunClientProcesses({a.endpoint(), b.endpoint()}, {key}) == 2);
+  CHECK(Status(a).jobs_completed() + Status(b).jobs_completed() == 1);
+  CHECK(pg.QueryNumber("granted", "SELECT count(*) FROM fleet_entries") == 1);
+  REQUIRE(ClaimAndRecord(a, DenseKey(10, 64, 64), "granted-kernel").ok());
+  REQUIRE(WaitUntil([&] {
+    return Lookup(b, DenseKey(10, 64, 64)).state() == v1::KEY_STATE_HIT;
+  }));
+
+  DaemonProcess fresh(FleetFlags(as_daemon("empty")));
+  REQUIRE(WaitUntil([&] {
+    return Status(fresh).fleet().error().find("this role may not") !=
+           std::string::npos;
+  }));
+  CHECK_FALSE(Status(fresh).fleet().connected());
+}
+
+}  // namespace gputune
+
+namespace gputune {
+
+TEST_CASE(
+    "gputunectl delete --fleet drops an entry from every daemon of the fleet, "
+    "and the next TuneDense tunes it again") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("retune");
+  auto& [pg, conninfo, a, b] = fleet;
+  const v1::Key key = DenseKey(11, 128, 128);
+  const v1::Key kept = DenseKey(12, 128, 128);
+  REQUIRE(RunClientProcesses({a.endpoint()}, {key, kept}) == 1);
+  REQUIRE(WaitUntil([&] { return AllHit(b, {key, kept}); }));
+
+  std::ostringstream out, err;
+  const int code = ctl::Main({"--endpoint=" + a.endpoint(), "delete",
+                              KeyText(key), "--fleet=" + conninfo},
+                             out, err);
+  INFO(out.str() << err.str());
+  REQUIRE(code == 0);
+  CHECK(out.str().find("deleted 1 entry from the fleet") != std::string::npos);
+  // Both daemons drop it (b through the feed), and keep the other key.
+  REQUIRE(WaitUntil([&] {
+    return Lookup(b, key).state() == v1::KEY_STATE_MISS &&
+           Lookup(a, key).state() == v1::KEY_STATE_MISS;
+  }));
+  CHECK(Lookup(b, kept).state() == v1::KEY_STATE_HIT);
+
+  const uint64_t jobs_before = Status(b).jobs_completed();
+  REQUIRE(RunClientProcesses({b.endpoint()}, {key}) == 1);
+  CHECK(Status(b).jobs_completed() == jobs_before + 1);
+  REQUIRE(WaitUntil([&] { return AllHit(a, {key}); }));
+  CHECK(pg.QueryNumber(
+            "retune", "SELECT count(*) FROM fleet_entries WHERE NOT deleted") ==
+        2);
+}
+
+}  // namespace gputune
