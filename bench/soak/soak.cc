@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -360,27 +361,6 @@ void Flood(const Daemon& d) {
 // growing too for that while.)
 constexpr rlim_t kDiskFullLimit = 256 << 10;
 
-const char* StatusName(int code) {
-  static const char* kNames[] = {"OK",
-                                 "CANCELLED",
-                                 "UNKNOWN",
-                                 "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND",
-                                 "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION",
-                                 "ABORTED",
-                                 "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED",
-                                 "INTERNAL",
-                                 "UNAVAILABLE",
-                                 "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  return code >= 0 && code < 17 ? kNames[code] : "?";
-}
-
 int Main(int argc, char** argv) {
   Options o = ParseFlags(argc, argv);
   if (o.dir.empty()) {
@@ -508,7 +488,9 @@ int Main(int argc, char** argv) {
   for (const auto& [method, by_code] : codes) {
     std::cout << "  " << method << ":";
     for (const auto& [code, n] : by_code) {
-      std::cout << " " << StatusName(code) << "=" << n;
+      std::cout << " "
+                << absl::StatusCodeToString(static_cast<absl::StatusCode>(code))
+                << "=" << n;
       calls += n;
     }
     std::cout << "\n";

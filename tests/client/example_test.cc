@@ -92,15 +92,15 @@ TEST_CASE("the example builds against the installed package and runs") {
     const std::string pc = "PKG_CONFIG_PATH='" + prefix +
                            "/" GPUTUNE_INSTALL_LIBDIR
                            "/pkgconfig' pkg-config gputune";
-    ok = Sh(pc + " --exists --print-errors", log) &&
-         Sh("'" GPUTUNE_CXX_COMPILER "' " GPUTUNE_SANITIZE_FLAGS
-            " -std=c++17 '" GPUTUNE_SOURCE_DIR
-            "/client/examples/example.cc' -o '" +
-                dir + "/example_pc' $(" + pc +
-                " --cflags --libs) -Wl,-rpath,'" + prefix +
-                "/" GPUTUNE_INSTALL_LIBDIR "'",
-            log) &&
-         Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
+    ok =
+        Sh(pc + " --exists --print-errors", log) &&
+        Sh("'" GPUTUNE_CXX_COMPILER "' " GPUTUNE_SANITIZE_FLAGS
+           " -std=c++17 '" GPUTUNE_SOURCE_DIR
+           "/client/examples/example.cc' -o '" +
+               dir + "/example_pc' $(" + pc + " --cflags --libs) -Wl,-rpath,'" +
+               prefix + "/" GPUTUNE_INSTALL_LIBDIR "'",
+           log) &&
+        Sh("'" + dir + "/example_pc' " + daemon.endpoint(), log);
     if (!ok) FAIL(ReadFile(log));
   }
 }

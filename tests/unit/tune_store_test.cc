@@ -165,7 +165,8 @@ TEST_CASE("claim ids increase across a reopen that lost the WAL") {
 TEST_CASE("a process that runs out of sequence numbers takes a new epoch") {
   TempDir dir;
   auto store = OpenOrDie(dir.db());
-  constexpr uint64_t kBlock = uint64_t{1} << (TuneStore::kClaimSequenceBits - 1);
+  constexpr uint64_t kBlock = uint64_t{1}
+                              << (TuneStore::kClaimSequenceBits - 1);
   const uint64_t a = *store->ReserveClaimIds(kBlock);
   const uint64_t b = *store->ReserveClaimIds(kBlock);  // does not fit: new
   CHECK(b >= a + kBlock);
@@ -182,10 +183,13 @@ TEST_CASE("a damaged row is moved to quarantine by Get, List and the load") {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(dir.db().c_str(), &db) == SQLITE_OK);
   const std::string sql =
-      "UPDATE entries SET entry = X'0aff' WHERE key_id IN ('" + Id(2) +
-      "', '" + Id(3) + "'); UPDATE entries SET summary = X'0aff' WHERE "
-      "key_id = '" + Id(4) + "'";
-  REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+      "UPDATE entries SET entry = X'0aff' WHERE key_id IN ('" + Id(2) + "', '" +
+      Id(3) +
+      "'); UPDATE entries SET summary = X'0aff' WHERE "
+      "key_id = '" +
+      Id(4) + "'";
+  REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) ==
+          SQLITE_OK);
   sqlite3_close(db);
 
   bool quarantined = false;
@@ -204,8 +208,7 @@ TEST_CASE("a damaged row is moved to quarantine by Get, List and the load") {
   CHECK(loaded == std::vector<std::string>{Id(1)});
   const QuarantineInfo info = store->quarantined();
   CHECK(info.count == 3);
-  CHECK(info.recent_key_ids ==
-        std::vector<std::string>{Id(2), Id(3), Id(4)});
+  CHECK(info.recent_key_ids == std::vector<std::string>{Id(2), Id(3), Id(4)});
   CHECK(*store->Count() == 1);
   // Kept across a reopen; the key can be stored again.
   store.reset();
@@ -219,8 +222,8 @@ TEST_CASE("a database with tables but no schema version is quarantined") {
   TempDir dir;
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(dir.db().c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, "CREATE TABLE entries (x INTEGER)", nullptr,
-                       nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE entries (x INTEGER)", nullptr, nullptr,
+                       nullptr) == SQLITE_OK);
   sqlite3_close(db);
   OpenReport report;
   auto store = OpenOrDie(dir.db(), &report);
@@ -235,9 +238,9 @@ TEST_CASE("the database file is created 0640 whatever the umask") {
   const mode_t old = umask(0);
   OpenOrDie(dir.db());
   umask(old);
-  CHECK((fs::status(dir.db()).permissions() & fs::perms::all) ==
-        (fs::perms::owner_read | fs::perms::owner_write |
-         fs::perms::group_read));
+  CHECK(
+      (fs::status(dir.db()).permissions() & fs::perms::all) ==
+      (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
 }
 
 TEST_CASE("a file that is not a database is quarantined with -wal and -shm") {
