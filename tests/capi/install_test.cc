@@ -14,20 +14,6 @@
 namespace gputune::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs a shell command with its output appended to `log`; true on exit 0.
-bool Sh(const std::string& command, const std::string& log) {
-  std::ofstream(log, std::ios::app) << "$ " << command << "\n";
-  const std::string full = command + " >>'" + log + "' 2>&1";
-  return std::system(full.c_str()) == 0;
-}
-
 // A daemon, and the build's client packages installed into dir/prefix;
 // commands' output goes to dir/<log>.
 struct Installed {

@@ -11,20 +11,6 @@
 namespace gputune::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs a shell command with its output appended to `log`; true on exit 0.
-bool Sh(const std::string& command, const std::string& log) {
-  const std::string full = command + " >>'" + log + "' 2>&1";
-  std::ofstream(log, std::ios::app) << "$ " << command << "\n";
-  return std::system(full.c_str()) == 0;
-}
-
 TEST_CASE("the example program runs against a daemon") {
   DaemonProcess daemon({"--backend=none"});
   const std::string log = daemon.dir() + "/example.log";

@@ -36,13 +36,6 @@ std::map<std::string, double> Samples(const std::string& text) {
   return out;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // promtool's verdict on `text`; empty when it is clean. Skips (with a
 // warning, returning empty) when promtool is not installed.
 std::string Promtool(const std::string& dir, const std::string& text) {

@@ -170,11 +170,4 @@ bool HaveProgram(const std::string& program) {
   return RunCommand("command -v " + program).exit_code == 0;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace gputune::testing

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "grpcpp/support/status.h"
+#include "tests/support/daemon_process.h"  // ReadFile
 
 namespace gputune::testing {
 
@@ -121,9 +122,6 @@ struct CommandResult {
 CommandResult RunCommand(const std::string& command);
 // Whether `program` is on $PATH.
 bool HaveProgram(const std::string& program);
-
-// The whole file, or "" when it cannot be read.
-std::string ReadFile(const std::string& path);
 
 }  // namespace gputune::testing
 

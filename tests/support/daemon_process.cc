@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,6 +37,19 @@ DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) Kill();
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool Sh(const std::string& command, const std::string& log) {
+  std::ofstream(log, std::ios::app) << "$ " << command << "\n";
+  const std::string full = command + " >>'" + log + "' 2>&1";
+  return std::system(full.c_str()) == 0;
 }
 
 std::string DaemonProcess::Log() const {

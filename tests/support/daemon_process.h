@@ -87,6 +87,13 @@ int RunProgram(const std::string& path, const std::vector<std::string>& args,
                std::string* output,
                const std::function<void()>& child_setup = {});
 
+// The whole file, or "" when it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// Runs `command` with /bin/sh, its output (and the command itself) appended
+// to the file `log`; true when it exits 0.
+bool Sh(const std::string& command, const std::string& log);
+
 // Sends `signal` to `pid` and waits for it to exit; returns the waitpid
 // status, or -1 (doing nothing) when pid <= 0.
 int SignalAndReap(pid_t pid, int signal);
