@@ -1,6 +1,7 @@
 // The C API (gputune.h): errors, options, the client, keys, results, the hot
 // path, TuneDense and the operator calls. Claims and watches are in
 // c_api_claim.cc, the replay in c_api_dense.cc.
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -124,25 +125,18 @@ const char* gputune_version(void) { return GPUTUNE_VERSION_STRING; }
 const char* gputune_last_error(void) { return last_error.c_str(); }
 
 const char* gputune_code_name(gputune_code code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
+  // Abseil's names of gRPC's codes ("INVALID_ARGUMENT"), made once and kept
+  // for the process's life: callers hold on to the pointer.
+  static constexpr int kCodes = GPUTUNE_UNAUTHENTICATED + 1;
+  static const std::array<std::string, kCodes>* const kNames = [] {
+    auto* names = new std::array<std::string, kCodes>;
+    for (int i = 0; i < kCodes; ++i) {
+      (*names)[i] = absl::StatusCodeToString(static_cast<absl::StatusCode>(i));
+    }
+    return names;
+  }();
   const int i = static_cast<int>(code);
-  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+  return i >= 0 && i < kCodes ? (*kNames)[i].c_str() : "UNKNOWN";
 }
 
 const char* gputune_state_name(gputune_state state) {

@@ -85,30 +85,17 @@ class Unauthenticated(Error):
     code = "UNAUTHENTICATED"
 
 
-_BY_CODE: Dict[int, Type[Error]] = {
-    1: Cancelled,
-    2: Unknown,
-    3: InvalidArgument,
-    4: DeadlineExceeded,
-    5: NotFound,
-    6: AlreadyExists,
-    7: PermissionDenied,
-    8: ResourceExhausted,
-    9: FailedPrecondition,
-    10: Aborted,
-    11: OutOfRange,
-    12: Unimplemented,
-    13: Internal,
-    14: Unavailable,
-    15: DataLoss,
-    16: Unauthenticated,
-}
+# Each class above by its `code`: the C API names a numeric code
+# (gputune_code_name, "UNKNOWN" for one it does not know), so the numbers
+# live in one table, libgputune's.
+_BY_NAME: Dict[str, Type[Error]] = {cls.code: cls for cls in Error.__subclasses__()}
 
 
 def error_for(code: int) -> Error:
     """The exception for a failed C call, with this thread's last message."""
     message = (_capi.last_error() or b"").decode("utf-8", "replace")
-    return _BY_CODE.get(code, Unknown)(message)
+    name = (_capi.code_name(code) or b"UNKNOWN").decode("ascii", "replace")
+    return _BY_NAME.get(name, Unknown)(message)
 
 
 def check(code: int) -> None:

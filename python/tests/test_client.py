@@ -228,6 +228,22 @@ def test_errors_map_to_exceptions(daemon):
         client.tune_dense("dense_bf16/decode/r/m=1/k=64/n=64@cs1")
 
 
+def test_every_c_code_has_its_exception():
+    from gputune import _errors
+
+    names = ["CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+             "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+             "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+             "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
+             "DATA_LOSS", "UNAUTHENTICATED"]
+    for number, name in enumerate(names, start=1):
+        e = _errors.error_for(number)
+        assert type(e).code == name and type(e) is not _errors.Error
+    assert type(_errors.error_for(99)) is gputune.Unknown
+    assert type(_errors.error_for(7)) is gputune.PermissionDenied
+    assert isinstance(_errors.error_for(5), LookupError)
+
+
 def test_tune_dense_with_the_host_backend(host_daemon):
     client = gputune.Client(host_daemon.endpoint)
     r = client.tune_dense("dense_bf16/decode/py.tune/m=1/k=64/n=64@cs1", wait=True)

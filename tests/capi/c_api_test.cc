@@ -304,6 +304,36 @@ TEST_CASE("C: options are checked and a stopped daemon is UNAVAILABLE fast") {
   REQUIRE(std::string(gputune_code_name(GPUTUNE_UNAVAILABLE)) == "UNAVAILABLE");
 }
 
+TEST_CASE("C: every code has gRPC's name, and an unknown value is UNKNOWN") {
+  const std::vector<std::string> names = {"OK",
+                                          "CANCELLED",
+                                          "UNKNOWN",
+                                          "INVALID_ARGUMENT",
+                                          "DEADLINE_EXCEEDED",
+                                          "NOT_FOUND",
+                                          "ALREADY_EXISTS",
+                                          "PERMISSION_DENIED",
+                                          "RESOURCE_EXHAUSTED",
+                                          "FAILED_PRECONDITION",
+                                          "ABORTED",
+                                          "OUT_OF_RANGE",
+                                          "UNIMPLEMENTED",
+                                          "INTERNAL",
+                                          "UNAVAILABLE",
+                                          "DATA_LOSS",
+                                          "UNAUTHENTICATED"};
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+    CHECK(gputune_code_name(static_cast<gputune_code>(i)) == names[i]);
+  }
+  CHECK(std::string(gputune_code_name(static_cast<gputune_code>(17))) ==
+        "UNKNOWN");
+  CHECK(std::string(gputune_code_name(static_cast<gputune_code>(-1))) ==
+        "UNKNOWN");
+  // The same pointer each time: callers may keep it.
+  CHECK(gputune_code_name(GPUTUNE_NOT_FOUND) ==
+        gputune_code_name(GPUTUNE_NOT_FOUND));
+}
+
 TEST_CASE("C: a watch delivers each status until the HIT") {
   DaemonProcess daemon({"--backend=none"});
   auto client = CClient(daemon.endpoint());
