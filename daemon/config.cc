@@ -346,7 +346,12 @@ absl::StatusOr<Config> ReloadConfig(const Config& current) {
 std::string ConfigHelp() {
   const Config defaults;
   std::string out =
-      "usage: gputuned [--name=value ...]\n"
+      "usage: gputuned [--name=value ...] | --help | --version\n"
+      "  --help\n"
+      "      print this list (after reading --config) and exit\n"
+      "  --version\n"
+      "      print the version, the git revision and the backends built, "
+      "and exit\n"
       "Settings (also accepted as 'name = value' lines in --config=FILE):\n";
   for (const Option& o : Options()) {
     absl::StrAppend(&out, "  --", o.name, "\n      ", o.help);

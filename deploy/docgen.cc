@@ -13,8 +13,8 @@
 
 namespace {
 
-// gputuned.8: every setting of ConfigHelp() ("  --name" then its indented
-// help) as a tagged paragraph.
+// gputuned.8: every flag of ConfigHelp() (--help, --version and the
+// settings: "  --name" then its indented help) as a tagged paragraph.
 std::string GputunedPage() {
   std::string out =
       ".\\\" Generated from gputuned --help (daemon/config.cc).\n"
@@ -28,9 +28,7 @@ std::string GputunedPage() {
       "(libgputune, gputunectl) talk to it over a unix socket.\n"
       ".PP\nEvery setting is also accepted as a \\fIname = value\\fR line in "
       "the file given with \\-\\-config (the package ships "
-      "/etc/gputune/gputuned.conf).\n.SH OPTIONS\n"
-      ".TP\n.B \\-\\-version\nPrint the version, git revision and the "
-      "backends built, and exit.\n";
+      "/etc/gputune/gputuned.conf).\n.SH OPTIONS\n";
   for (absl::string_view line : absl::StrSplit(gputune::ConfigHelp(), '\n')) {
     if (absl::StartsWith(line, "  --")) {
       absl::StrAppend(

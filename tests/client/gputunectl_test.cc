@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_replace.h"
@@ -266,6 +267,32 @@ TEST_CASE("gputunectl help, --help and --version") {
   INFO(version.out);
   REQUIRE(version.out.rfind("gputunectl 0.1.0 (git ", 0) == 0);
   REQUIRE(version.out.find("; backends: host") != std::string::npos);
+}
+
+TEST_CASE("both binaries' --version name one revision and the backends") {
+  // The real binaries, as an operator runs them.
+  std::string daemon_out, ctl_out, help;
+  REQUIRE(RunProgram(GPUTUNED_PATH, {"--version"}, &daemon_out) == 0);
+  REQUIRE(RunProgram(GPUTUNECTL_PATH, {"--version"}, &ctl_out) == 0);
+  INFO(daemon_out << ctl_out);
+  const std::regex line(
+      R"(^(gputuned|gputunectl) \d+\.\d+\.\d+ \(git ([0-9a-f]{7,}(-dirty)?|unknown); )"
+      R"(backends: host( cuda)?\)\n$)");
+  REQUIRE(std::regex_match(daemon_out, line));
+  REQUIRE(std::regex_match(ctl_out, line));
+  // Same build: everything after the program name is the same.
+  CHECK(daemon_out.substr(daemon_out.find(' ')) ==
+        ctl_out.substr(ctl_out.find(' ')));
+  // --version wins over anything else on the line, and --help lists it.
+  std::string with_other;
+  REQUIRE(RunProgram(GPUTUNED_PATH, {"--backend=none", "--version"},
+                     &with_other) == 0);
+  CHECK(with_other == daemon_out);
+  REQUIRE(RunProgram(GPUTUNED_PATH, {"--help"}, &help) == 0);
+  CHECK(help.rfind("usage: gputuned [--name=value ...] | --help | --version\n",
+                   0) == 0);
+  CHECK(help.find("\n  --version\n      print the version") !=
+        std::string::npos);
 }
 
 TEST_CASE("unknown and misplaced flags are refused per command") {

@@ -103,6 +103,10 @@ TEST_CASE("--help lists every setting with its default") {
   const std::string help = ConfigHelp();
   CHECK(help.find("--lease_ttl") != std::string::npos);
   CHECK(help.find("[default: 30s]") != std::string::npos);
+  // The two flags that are not settings are listed too.
+  CHECK(help.find("\n  --help\n") != std::string::npos);
+  CHECK(help.find("\n  --version\n      print the version, the git revision "
+                  "and the backends built") != std::string::npos);
 }
 
 }  // namespace gputune
