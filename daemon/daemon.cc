@@ -119,7 +119,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       config.db + ".lock", absl::StrCat("database ", config.db));
   if (!db_lock.ok()) return db_lock.status();
   d->db_lock_.emplace(std::move(*db_lock));
-  const std::string socket_path = UnixPath(config.listen);
+  // Socket activation (gputuned@.socket): the socket systemd passed wins over
+  // --listen; it is locked like one of ours.
+  absl::StatusOr<int> inherited_fd = InheritedListenFd();
+  if (!inherited_fd.ok()) return inherited_fd.status();
+  std::string socket_path = UnixPath(config.listen);
+  if (*inherited_fd >= 0) {
+    if (!config.tls_cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert_file: TLS needs gputuned to bind its own socket; it "
+          "cannot serve one passed by systemd (gputuned@.socket)");
+    }
+    absl::StatusOr<std::string> inherited_path =
+        ListeningUnixSocketPath(*inherited_fd);
+    if (!inherited_path.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the socket passed by systemd (LISTEN_FDS): ",
+                       inherited_path.status().message()));
+    }
+    socket_path = *inherited_path;
+  }
   if (!socket_path.empty()) {
     const std::filesystem::path dir =
         std::filesystem::path(socket_path).parent_path();
@@ -233,11 +252,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     listener_options.address = config.listen;
     listener_options.socket_mode = config.socket_mode;
     absl::StatusOr<std::unique_ptr<Listener>> listener =
-        Listener::Bind(listener_options);
+        *inherited_fd >= 0 ? Listener::Adopt(*inherited_fd, listener_options)
+                           : Listener::Bind(listener_options);
     if (!listener.ok()) {
-      return absl::Status(listener.status().code(),
-                          absl::StrCat("cannot listen on ", config.listen, ": ",
-                                       listener.status().message()));
+      return absl::Status(
+          listener.status().code(),
+          absl::StrCat("cannot listen on ",
+                       *inherited_fd >= 0 ? "the socket passed by systemd"
+                                          : config.listen,
+                       ": ", listener.status().message()));
+    }
+    if (*inherited_fd >= 0) {
+      spdlog::info("socket-activated: serving {} (passed by systemd)",
+                   (*listener)->address());
     }
     d->listener_ = std::move(*listener);
     d->info_.listen_address = d->listener_->address();

@@ -11,8 +11,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 
@@ -233,6 +235,63 @@ int RaiseFileLimit() {
   return static_cast<int>(std::min<rlim_t>(limit.rlim_cur, kMax));
 }
 
+absl::StatusOr<int> InheritedListenFd() {
+  // LISTEN_FDNAMES is not needed: gputuned@.socket has one ListenStream.
+  const int n = sd_listen_fds(/*unset_environment=*/1);
+  if (n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LISTEN_FDS/LISTEN_PID: ", std::strerror(-n)));
+  }
+  if (n == 0) return -1;
+  if (n > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "systemd passed ", n,
+        " sockets (LISTEN_FDS); gputuned serves one: give the socket unit "
+        "a single ListenStream="));
+  }
+  return SD_LISTEN_FDS_START;
+}
+
+absl::StatusOr<std::string> ListeningUnixSocketPath(int fd) {
+  if (sd_is_socket_unix(fd, SOCK_STREAM, /*listening=*/1, nullptr, 0) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "descriptor ", fd,
+        " is not a listening unix stream socket (ListenStream= must be a "
+        "path)"));
+  }
+  sockaddr_un addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return absl::InvalidArgumentError(Errno("getsockname"));
+  }
+  const size_t offset = offsetof(sockaddr_un, sun_path);
+  if (len <= offset || addr.sun_path[0] == '\0') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("descriptor ", fd,
+                     " is an unnamed or abstract unix socket: "
+                     "gputuned needs a socket file"));
+  }
+  return std::string(addr.sun_path, strnlen(addr.sun_path, len - offset));
+}
+
+absl::StatusOr<std::unique_ptr<Listener>> Listener::Adopt(
+    int fd, const ListenerOptions& options) {
+  absl::StatusOr<std::string> path = ListeningUnixSocketPath(fd);
+  if (!path.ok()) return path.status();
+  // The accept loop drains until EAGAIN; systemd passes a blocking socket.
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    return absl::UnavailableError(Errno("fcntl on the inherited socket"));
+  }
+  std::unique_ptr<Listener> l(new Listener());
+  l->socket_path_ = *path;
+  l->address_ = absl::StrCat("unix://", *path);
+  l->owns_socket_file_ = false;
+  l->listen_fd_ = fd;
+  return Finish(std::move(l), options);
+}
+
 absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(
     const ListenerOptions& options) {
   std::unique_ptr<Listener> l(new Listener());
@@ -244,6 +303,11 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(
   if (!fd.ok()) return fd.status();
   if (!l->socket_path_.empty()) l->address_ = options.address;
   l->listen_fd_ = *fd;
+  return Finish(std::move(l), options);
+}
+
+absl::StatusOr<std::unique_ptr<Listener>> Listener::Finish(
+    std::unique_ptr<Listener> l, const ListenerOptions& options) {
   l->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   l->spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (l->wake_fd_ < 0 || l->spare_fd_ < 0) {
@@ -278,7 +342,7 @@ void Listener::Stop() {
   }
   if (listen_fd_ >= 0) close(listen_fd_);
   listen_fd_ = -1;
-  if (!socket_path_.empty()) {
+  if (!socket_path_.empty() && owns_socket_file_) {
     // Only our own socket: another daemon's (bound after ours was replaced
     // by hand) stays.
     struct stat st {};

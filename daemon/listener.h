@@ -92,6 +92,13 @@ class Listener {
   // UNAVAILABLE (with what to do) when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Listener>> Bind(
       const ListenerOptions& options);
+  // Takes over `fd`, a listening unix stream socket the daemon inherited
+  // (systemd socket activation: gputuned@.socket, sd_listen_fds(3)). The
+  // socket file belongs to whoever bound it: Stop() closes the descriptor
+  // and leaves the file. options.address and socket_mode are not used.
+  // INVALID_ARGUMENT when fd is anything else.
+  static absl::StatusOr<std::unique_ptr<Listener>> Adopt(
+      int fd, const ListenerOptions& options);
   // Stop()s.
   ~Listener();
 
@@ -116,12 +123,16 @@ class Listener {
 
  private:
   Listener() = default;
+  // The part of Bind and Adopt after listen_fd_ is set.
+  static absl::StatusOr<std::unique_ptr<Listener>> Finish(
+      std::unique_ptr<Listener> l, const ListenerOptions& options);
   void AcceptLoop(grpc::Server* server, PeerTable* peers);
   // Accepts and closes one waiting connection while out of descriptors.
   void ShedOne();
 
   std::string address_;
   std::string socket_path_;
+  bool owns_socket_file_ = true;  // false for an adopted socket
   ino_t socket_inode_ = 0;
   dev_t socket_device_ = 0;
   int listen_fd_ = -1;
@@ -142,6 +153,16 @@ int RaiseFileLimit();
 
 // The filesystem path of a unix: address, or empty.
 std::string UnixSocketPath(absl::string_view address);
+
+// The listening socket systemd passed (sd_listen_fds(3): LISTEN_FDS=1 and
+// LISTEN_PID naming this process; the variables are unset so that children
+// do not see them): its descriptor (3), or -1 when none was passed.
+// INVALID_ARGUMENT when more than one was, or the variables are malformed.
+absl::StatusOr<int> InheritedListenFd();
+
+// The path a listening unix stream socket `fd` is bound to; INVALID_ARGUMENT
+// when fd is not one (or is abstract or unnamed).
+absl::StatusOr<std::string> ListeningUnixSocketPath(int fd);
 
 // Whether a host:port address names only this machine (localhost, 127/8,
 // ::1). Unresolvable hosts are not loopback.

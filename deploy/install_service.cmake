@@ -1,4 +1,4 @@
-# Installs gputuned@.service and the example config (run by `cmake --install`
+# Installs gputuned@.service, gputuned@.socket and the example config (run by `cmake --install`
 # and by cpack, through install(SCRIPT)).
 #
 # The unit names gputuned and its config file by absolute path, and those
@@ -37,9 +37,11 @@ gputune_full_path(unitdir "${GPUTUNE_UNITDIR}")
 
 string(MD5 scratch "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}")
 set(scratch "${GPUTUNE_DEPLOY_BINARY_DIR}/install-${scratch}")
-configure_file("${GPUTUNE_DEPLOY_SOURCE_DIR}/systemd/gputuned@.service.in"
-               "${scratch}/gputuned@.service" @ONLY)
-file(INSTALL "${scratch}/gputuned@.service" DESTINATION "${unitdir}")
+foreach(unit gputuned@.service gputuned@.socket)
+  configure_file("${GPUTUNE_DEPLOY_SOURCE_DIR}/systemd/${unit}.in"
+                 "${scratch}/${unit}" @ONLY)
+  file(INSTALL "${scratch}/${unit}" DESTINATION "${unitdir}")
+endforeach()
 file(REMOVE_RECURSE "${scratch}")
 
 # An operator's edited config survives a reinstall over it; packages carry it

@@ -61,6 +61,7 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
            " ./usr/sbin/gputuned\n",
            " ./usr/bin/gputunectl\n",
            " ./usr/lib/systemd/system/gputuned@.service\n",
+           " ./usr/lib/systemd/system/gputuned@.socket\n",
            " ./usr/lib/sysusers.d/gputune.conf\n",
            " ./usr/lib/tmpfiles.d/gputune.conf\n",
            " ./etc/gputune/gputuned.conf\n",
@@ -85,6 +86,14 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
   CHECK_THAT(unit.output,
              Catch::Contains("\nExecStart=/usr/sbin/gputuned --device=%i "
                              "--config=/etc/gputune/gputuned.conf"));
+  const CommandResult socket =
+      RunCommand("dpkg-deb --fsys-tarfile " + daemon +
+                 " | tar -xO ./usr/lib/systemd/system/gputuned@.socket");
+  CHECK_THAT(socket.output,
+             Catch::Contains("\nListenStream=/run/gputuned/gpu%i.sock\n"));
+  CHECK_THAT(socket.output,
+             Catch::Contains("\nDocumentation=file:///usr/share/doc/gputuned/"
+                             "operations.md\n"));
   const std::string depends = Field(daemon, "Depends");
   for (const char* library :
        {"libgrpc++1.51", "libprotobuf32", "libsqlite3-0", "libspdlog1.10",

@@ -33,6 +33,9 @@ class InstalledTree {
   std::string unit() const {
     return prefix() + "/lib/systemd/system/gputuned@.service";
   }
+  std::string socket_unit() const {
+    return prefix() + "/lib/systemd/system/gputuned@.socket";
+  }
   std::string sysusers() const {
     return prefix() + "/lib/sysusers.d/gputune.conf";
   }
@@ -62,6 +65,38 @@ TEST_CASE("systemd-analyze verify accepts gputuned@.service as installed") {
   for (const std::string& unit : {tree.unit(), instance}) {
     // verify exits 0 on unknown or misspelt settings too, so its output must
     // be empty: no warnings at all.
+    const CommandResult r = RunCommand("systemd-analyze verify " + unit);
+    INFO(unit << ":\n" << r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.empty());
+  }
+}
+
+TEST_CASE(
+    "systemd-analyze verify accepts gputuned@.socket with its service, and "
+    "the socket is the one the service would bind") {
+  InstalledTree tree;
+  const std::string socket = ReadFile(tree.socket_unit());
+  // Where the service binds it itself ($RUNTIME_DIRECTORY/gpu%i.sock), with
+  // gputuned's own mode and group: clients see no difference.
+  CHECK_THAT(socket,
+             Catch::Contains("\nListenStream=/run/gputuned/gpu%i.sock\n"));
+  CHECK_THAT(ReadFile(tree.unit()),
+             Catch::Contains("\nRuntimeDirectory=gputuned\n"));
+  CHECK_THAT(socket, Catch::Contains("\nSocketMode=0660\n"));
+  CHECK_THAT(socket, Catch::Contains("\nSocketGroup=gputune\n"));
+  CHECK_THAT(socket, Catch::Contains("\nAccept=no\n"));
+  CHECK_THAT(socket, Catch::Contains("\nDocumentation=file://" + tree.prefix() +
+                                     "/share/doc/gputuned/operations.md\n"));
+  SKIP_UNLESS(HaveProgram("systemd-analyze"),
+              "systemd-analyze not found (apt-get install systemd)");
+  // An instance pair: verify loads the service the socket starts.
+  TempDir instances;
+  const std::string instance = instances.path() + "/gputuned@0.socket";
+  std::filesystem::copy_file(tree.socket_unit(), instance);
+  std::filesystem::copy_file(tree.unit(),
+                             instances.path() + "/gputuned@0.service");
+  for (const std::string& unit : {tree.socket_unit(), instance}) {
     const CommandResult r = RunCommand("systemd-analyze verify " + unit);
     INFO(unit << ":\n" << r.output);
     CHECK(r.exit_code == 0);
