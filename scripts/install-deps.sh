@@ -16,6 +16,11 @@ packages=(
   libcli11-dev prometheus lintian python3-pytest
   # the C API's Python package (pip install ./python, offline) and Rust example
   python3-pip python3-setuptools cargo
+  # tests only: gputune.torch's import and fall-back (python/tests/test_torch.py)
+  # on Debian's CPU-only PyTorch 1.13: 175 packages, 70 s on the 2-core build
+  # machine (time apt-get install -y --no-install-recommends python3-torch,
+  # 2026-12-02)
+  python3-torch
   # grpcprobe, the grpcurl stand-in the reflection test uses
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
 )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Gathers gputuned, gputunectl, the CUDA backend module and the shared
-# libraries they need that the GPU machine does not have, into .carry/ for the
-# device tool's `carry`, as ../shared/GPU.md describes:
+# Gathers gputuned, gputunectl, the CUDA backend module, libgputune.so with
+# its replay module (what python/ loads) and the shared libraries they need
+# that the GPU machine does not have, into .carry/ for the device tool's
+# `carry`, as ../shared/GPU.md describes:
 #   bash bench/gpu/carry.sh [BUILD_DIR]      # then carry ".carry" and run
 #   bash bench/gpu/run.sh "$OUT"             # on the GPU machine
 #
@@ -28,8 +29,14 @@ done
 # The CUDA backend module, where gputuned looks beside itself.
 cp "$build/lib/gputune/libgputune_cuda.so" "$out/lib/gputune/"
 strip --strip-unneeded "$out/lib/gputune/libgputune_cuda.so"
+# The C API's library and, beside it, the replay module it dlopens: the
+# Python package and gputune.torch load them there (run.sh's Python stage).
+for l in libgputune.so.0 libgputune_dense.so.0; do
+  cp -L "$build/client/$l" "$out/lib/"
+done
 ldd "$out/bin/gputuned" "$out/bin/gputunectl" \
-    "$out/lib/gputune/libgputune_cuda.so" | awk '/=> \// {print $3}' | sort -u |
+    "$out/lib/gputune/libgputune_cuda.so" "$out/lib/libgputune.so.0" \
+    "$out/lib/libgputune_dense.so.0" | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) continue ;;

@@ -3,7 +3,10 @@
 # and versions, build, every GPU test with durations, compute-sanitizer
 # memcheck on gputune's own kernels, the dense benchmark over the issue's
 # K x N x M table, and, when a daemon was carried (bench/gpu/carry.sh), the
-# daemon with --backend=cuda answering gputunectl tune end to end.
+# daemon with --backend=cuda answering gputunectl tune end to end, then
+# python/tests (the C API's Python package, gputune.torch's replay on CUDA
+# tensors) with the machine's python3 and PyTorch against the carried
+# daemon and libgputune.
 #
 #   bench/gpu/run.sh [OUT_DIR] [BUDGET_SECONDS]
 #       OUT_DIR: default $OUT, else build-gpu-out/
@@ -13,11 +16,12 @@
 # left of the budget (less a 10 s reserve for the summary), so the script
 # ends inside BUDGET_SECONDS whatever hangs: with the default 420 s a 600 s
 # device call leaves room, and the 15 minutes of device time one re-run.
-# Caps: build 180 s, tests 90 s, memcheck 60 s, bench 150 s, daemon 60 s.
+# Caps: build 180 s, tests 90 s, memcheck 60 s, bench 150 s, daemon 60 s,
+# Python 120 s.
 #
 # Writes under OUT_DIR at most 8 files (what the device tool brings back):
 #   env.txt build.log tests.log memcheck.log bench.log dense_bench.json
-#   dense_bench.txt daemon.log
+#   dense_bench.txt daemon.log (the Python stage's output is appended to it)
 # and prints the benchmark table last.
 set -uo pipefail
 
@@ -152,11 +156,35 @@ if [ -x .carry/bin/gputuned ] && [ $((DEADLINE - SECONDS)) -gt 20 ]; then
   fi
   kill "$daemon" 2>/dev/null
   wait "$daemon" 2>/dev/null
+
+  # python/tests start their own daemons (the carried gputuned, with the
+  # carried libraries inherited) and load the carried libgputune.so.0, which
+  # loads libgputune_dense.so.0 from beside it for the replay.
+  stage "Python and PyTorch (optional)"
+  if [ -e .carry/lib/libgputune.so.0 ] && python3 -c "import pytest" 2>/dev/null; then
+    {
+      echo "=== python/tests"
+      python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
+        'available:', torch.cuda.is_available())" || echo "no PyTorch"
+      # test_install checks pip/setuptools of Debian's python3 (CI's), not
+      # this machine's.
+      within 120 env LD_LIBRARY_PATH="$libs:$PWD/.carry/lib-missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        GPUTUNED="$PWD/.carry/bin/gputuned" GPUTUNE_LIBRARY="$libs/libgputune.so.0" \
+        PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1 \
+        python3 -m pytest -q -rs -p no:cacheprovider --durations=5 \
+          --ignore=python/tests/test_install.py python/tests
+    } >>"$OUT_DIR/daemon.log" 2>&1 || status=1
+    sed -n '/^=== python\/tests/,$p' "$OUT_DIR/daemon.log" | tail -25
+  else
+    echo "no carried libgputune.so.0 or no pytest: Python stage skipped" |
+      tee -a "$OUT_DIR/daemon.log"
+  fi
 fi
 
 stage "result"
 grep -E "^(All tests passed|test cases:)" "$OUT_DIR/tests.log" || true
 grep -E "ERROR SUMMARY" "$OUT_DIR/memcheck.log" || true
+grep -E "^[0-9]+ (passed|failed)|^(FAILED|ERROR) |^SKIPPED" "$OUT_DIR/daemon.log" 2>/dev/null || true
 if [ -s "$OUT_DIR/dense_bench.txt" ]; then
   cat "$OUT_DIR/dense_bench.txt"
 else

@@ -96,7 +96,16 @@ class TunedDense:
                 runners[device.index] = None
         return runners[device.index]
 
-    def _lookup(self, key: Key) -> Optional[LookupResult]:
+    def key_for(self, x: torch.Tensor, w: torch.Tensor, role: str = "linear") -> Key:
+        """The key dense(x, w) looks up: M is x's rows (the product of every
+        dim but the last), K = w.shape[1], N = w.shape[0]."""
+        return self.key(role, *_mkn(x, w))
+
+    def lookup(self, key: Key) -> Optional[LookupResult]:
+        """The key's lookup as dense() does it: None when the daemon cannot
+        answer (the reason is logged once). With tune_misses, a MISS is sent
+        to the daemon to tune in the background (tune_dense(wait=False)),
+        once per key: a later lookup finds it PENDING, then HIT."""
         client = self.client()
         if client is None:
             return None
@@ -105,8 +114,12 @@ class TunedDense:
         except Error as e:  # daemon down or slow: defaults, never an error
             self._once(f"gputune: lookup failed ({e}); running defaults")
             return None
-        if not r.hit and self.tune_misses and key not in self._asked:
+        if r.hit or not self.tune_misses:
+            return r
+        with self._lock:
+            ask = key not in self._asked
             self._asked.add(key)
+        if ask:
             try:
                 client.tune_dense(key, wait=False)
             except Error as e:
@@ -124,36 +137,19 @@ class TunedDense:
         role: str = "linear",
     ) -> torch.Tensor:
         """y = x @ w.T, shaped x.shape[:-1] + (N,); into `out` if given."""
-        usable = (
-            x.is_cuda
-            and w.is_cuda
-            and x.device == w.device
-            and x.dtype == torch.bfloat16
-            and w.dtype == torch.bfloat16
-            and w.dim() == 2
-            and x.dim() >= 1
-            and x.shape[-1] == w.shape[1]
-            and x.numel() > 0
-            and x.is_contiguous()
-            and w.is_contiguous()
-        )
-        n, k = (w.shape[0], w.shape[1]) if w.dim() == 2 else (0, 0)
-        shape = (*x.shape[:-1], n)
-        if usable and out is not None:
-            usable = (
-                out.shape == shape
-                and out.dtype == torch.bfloat16
-                and out.device == x.device
-                and out.is_contiguous()
-            )
-        runner = self._runner(x.device) if usable else None
+        why = _not_replayable(x, w, out)
+        if why is not None:
+            self._once(f"gputune: {why}; running torch's linear")
+            return _linear(x, w, out)
+        runner = self._runner(x.device)
         if runner is None:
             return _linear(x, w, out)
-        m = x.numel() // k
+        m, k, n = _mkn(x, w)
         key = self.key(role, m, k, n)
-        r = self._lookup(key)
+        r = self.lookup(key)
         hit = r is not None and r.hit
-        y = out if out is not None else torch.empty(shape, dtype=torch.bfloat16, device=x.device)
+        y = out if out is not None else torch.empty(
+            (*x.shape[:-1], n), dtype=torch.bfloat16, device=x.device)
         ws_bytes = r.execution.workspace_bytes if hit else 0
         ws = _workspace(self._local, x.device, ws_bytes)
         try:
@@ -175,6 +171,37 @@ class TunedDense:
         if run.fell_back:
             self._once(f"gputune: {key}: {run.reason}")
         return y
+
+
+def _mkn(x: torch.Tensor, w: torch.Tensor) -> Tuple[int, int, int]:
+    """M, K, N of y[M, N] = x[M, K] w[N, K]^T, x's leading dims folded into M."""
+    n, k = w.shape
+    return x.numel() // k, k, n
+
+
+def _not_replayable(
+    x: torch.Tensor, w: torch.Tensor, out: Optional[torch.Tensor]
+) -> Optional[str]:
+    """Why the replay cannot compute x @ w.T (into out), or None when it can.
+    One text per kind of reason (no shapes), so each is logged once."""
+    if not (x.is_cuda and w.is_cuda):
+        return "not CUDA tensors"
+    if x.device != w.device:
+        return "x and w are on different devices"
+    if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
+        return "not bf16 tensors"
+    if w.dim() != 2 or x.dim() < 1 or x.shape[-1] != w.shape[1] or x.numel() == 0:
+        return "not a dense shape (x[..., K], w[N, K], M > 0)"
+    if not (x.is_contiguous() and w.is_contiguous()):
+        return "x or w is not contiguous"
+    if out is not None and not (
+        out.shape == (*x.shape[:-1], w.shape[0])
+        and out.dtype == torch.bfloat16
+        and out.device == x.device
+        and out.is_contiguous()
+    ):
+        return "out is not a contiguous bf16 tensor of the result's shape on x's device"
+    return None
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:

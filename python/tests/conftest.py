@@ -102,9 +102,8 @@ class Daemon:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture
-def daemon() -> Iterator[Daemon]:
-    d = Daemon(["--backend=none"])
+def _serving(flags: List[str]) -> Iterator[Daemon]:
+    d = Daemon(flags)
     d.start()
     try:
         yield d
@@ -114,10 +113,16 @@ def daemon() -> Iterator[Daemon]:
 
 
 @pytest.fixture
+def daemon() -> Iterator[Daemon]:
+    yield from _serving(["--backend=none"])
+
+
+@pytest.fixture
 def host_daemon() -> Iterator[Daemon]:
-    d = Daemon(["--backend=host"])
-    d.start()
-    try:
-        yield d
-    finally:
-        d.remove()
+    yield from _serving(["--backend=host"])
+
+
+@pytest.fixture
+def cuda_daemon() -> Iterator[Daemon]:
+    """For tests that need a CUDA device (they skip without one first)."""
+    yield from _serving(["--backend=cuda"])
