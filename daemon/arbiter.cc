@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "daemon/metrics.h"
@@ -22,73 +23,115 @@ Arbiter::Arbiter(const ArbiterOptions& options, const Clock* clock,
       reserver_(std::move(reserver)),
       fingerprint_digest_(std::move(fingerprint_digest)) {}
 
-std::string Arbiter::StaleReasonFor(bool fingerprint_matches,
-                                    absl::string_view entry_candidate_set,
-                                    absl::string_view candidate_set) {
-  if (!fingerprint_matches) {
-    return "measured on another device or software (fingerprint differs)";
-  }
+Arbiter::Verdict Arbiter::VerdictFor(bool fingerprint_matches,
+                                     bool usable_when_stale,
+                                     absl::string_view entry_candidate_set,
+                                     absl::string_view candidate_set) {
+  Verdict verdict;
   if (entry_candidate_set != candidate_set) {
-    return absl::StrCat("tuned for candidate set '", entry_candidate_set,
-                        "', asked for '", candidate_set, "'");
+    // Never usable: another candidate set may not even contain the kernel.
+    verdict.stale_reason =
+        fingerprint_matches
+            ? absl::StrCat("tuned for candidate set '", entry_candidate_set,
+                           "', asked for '", candidate_set, "'")
+            : "measured on another device or software (fingerprint differs)";
+  } else if (!fingerprint_matches) {
+    verdict.stale_usable = usable_when_stale;
+    verdict.stale_reason =
+        usable_when_stale
+            ? "measured on this device model with other software "
+              "(fingerprint differs): usable until re-tuned"
+            : "measured on another device or software (fingerprint differs)";
   }
-  return "";
+  return verdict;
 }
 
-std::string Arbiter::StaleReason(const v1::Entry& entry,
-                                 absl::string_view candidate_set,
-                                 const std::optional<std::string>& digest) {
-  return StaleReasonFor(
-      !digest || FingerprintDigest(entry.fingerprint()) == *digest,
-      entry.key().candidate_set(), candidate_set);
+bool Arbiter::FingerprintMatches(const std::string& digest) const {
+  return !fingerprint_digest_ || digest == *fingerprint_digest_;
+}
+
+bool Arbiter::UsableWhenStale(bool fingerprint_matches,
+                              bool same_device_model) const {
+  return !fingerprint_matches && same_device_model &&
+         options_.stale_while_revalidate;
+}
+
+Arbiter::Verdict Arbiter::Judge(const v1::Entry& entry,
+                                absl::string_view candidate_set) const {
+  const bool matches =
+      FingerprintMatches(FingerprintDigest(entry.fingerprint()));
+  return VerdictFor(matches,
+                    UsableWhenStale(matches, DeviceModel(entry.fingerprint()) ==
+                                                 options_.device_model),
+                    entry.key().candidate_set(), candidate_set);
 }
 
 bool Arbiter::LeaseLive(const Lease& lease, absl::Time now) const {
   return lease.recording || now < lease.deadline;
 }
 
+void Arbiter::ForgetEntryLocked(const std::string& key_id, const Slot& slot) {
+  if (!slot.has_entry()) return;
+  --entries_;
+  if (!slot.fingerprint_matches) --stale_entries_;
+  if (slot.usable_when_stale) {
+    --stale_usable_entries_;
+    uses_.erase(key_id);
+  }
+}
+
 void Arbiter::SetEntryLocked(const std::string& key_id, std::string summary,
                              std::string candidate_set,
-                             bool fingerprint_matches) {
+                             bool fingerprint_matches, bool usable_when_stale) {
   Slot& slot = slots_[key_id];
-  if (slot.has_entry()) {
-    --entries_;
-    if (!slot.fingerprint_matches) --stale_entries_;
-  }
+  ForgetEntryLocked(key_id, slot);
   slot.entry_summary = std::make_shared<const std::string>(std::move(summary));
   slot.entry_candidate_set =
       &*candidate_sets_.insert(std::move(candidate_set)).first;
   slot.fingerprint_matches = fingerprint_matches;
+  slot.usable_when_stale = usable_when_stale;
   ++entries_;
   if (!slot.fingerprint_matches) ++stale_entries_;
+  if (slot.usable_when_stale) {
+    ++stale_usable_entries_;
+    // Only dense keys are re-tuned by the daemon (a custom op name may not
+    // be "dense_bf16", so the key id's prefix tells).
+    if (absl::StartsWith(key_id, kDenseOp) && key_id.size() > kDenseOp.size() &&
+        key_id[kDenseOp.size()] == '/') {
+      uses_[key_id] = std::make_unique<UseCount>();
+    }
+  }
 }
 
 void Arbiter::SetEntryLocked(const std::string& key_id,
                              const v1::Entry& entry) {
-  SetEntryLocked(
-      key_id, SerializedEntrySummary(entry), entry.key().candidate_set(),
-      !fingerprint_digest_ ||
-          FingerprintDigest(entry.fingerprint()) == *fingerprint_digest_);
+  const bool matches =
+      FingerprintMatches(FingerprintDigest(entry.fingerprint()));
+  SetEntryLocked(key_id, SerializedEntrySummary(entry),
+                 entry.key().candidate_set(), matches,
+                 UsableWhenStale(matches, DeviceModel(entry.fingerprint()) ==
+                                              options_.device_model));
 }
 
 void Arbiter::LoadSummary(const std::string& key_id, std::string summary,
                           std::string candidate_set,
-                          const std::string& fingerprint_digest) {
+                          const std::string& fingerprint_digest,
+                          bool same_device_model) {
   absl::MutexLock lock(&mu_);
-  SetEntryLocked(
-      key_id, std::move(summary), std::move(candidate_set),
-      !fingerprint_digest_ || fingerprint_digest == *fingerprint_digest_);
+  const bool matches = FingerprintMatches(fingerprint_digest);
+  SetEntryLocked(key_id, std::move(summary), std::move(candidate_set), matches,
+                 UsableWhenStale(matches, same_device_model));
 }
 
 Arbiter::Found Arbiter::FindLocked(absl::string_view candidate_set,
                                    const Slot* slot, absl::Time now) const {
   Found found;
   if (slot == nullptr) return found;  // MISS
-  std::string stale_reason;
+  Verdict verdict;
   if (slot->has_entry()) {
-    stale_reason = StaleReasonFor(slot->fingerprint_matches,
-                                  *slot->entry_candidate_set, candidate_set);
-    if (stale_reason.empty()) {
+    verdict = VerdictFor(slot->fingerprint_matches, slot->usable_when_stale,
+                         *slot->entry_candidate_set, candidate_set);
+    if (verdict.stale_reason.empty()) {
       found.state = v1::KEY_STATE_HIT;
       found.entry = slot->entry_summary;
       return found;
@@ -106,8 +149,14 @@ Arbiter::Found Arbiter::FindLocked(absl::string_view candidate_set,
     found.retry_after = BackoffUntil(*slot);
   } else if (slot->has_entry()) {
     found.state = v1::KEY_STATE_STALE;
+  }
+  // A stale-but-usable entry is served in PENDING and BACKOFF too: while
+  // the key is re-tuned (or cools down after failed tunes) clients keep
+  // running it.
+  if (found.state == v1::KEY_STATE_STALE || verdict.stale_usable) {
     found.entry = slot->entry_summary;
-    found.stale_reason = std::move(stale_reason);
+    found.stale_reason = std::move(verdict.stale_reason);
+    found.stale_usable = verdict.stale_usable;
   }
   return found;
 }
@@ -124,6 +173,7 @@ v1::KeyStatus Arbiter::StatusOf(const v1::Key& key, Found found) {
     *status.mutable_retry_after() = ToProto(found.retry_after);
   }
   status.set_stale_reason(std::move(found.stale_reason));
+  status.set_stale_usable(found.stale_usable);
   return status;
 }
 
@@ -132,8 +182,17 @@ Arbiter::Found Arbiter::Find(const v1::Key& key) const {
   const absl::Time now = clock_->Now();
   absl::ReaderMutexLock lock(&mu_);
   auto it = slots_.find(key_id);
-  return FindLocked(key.candidate_set(),
-                    it == slots_.end() ? nullptr : &it->second, now);
+  Found found = FindLocked(key.candidate_set(),
+                           it == slots_.end() ? nullptr : &it->second, now);
+  if (found.stale_usable) CountUseLocked(key_id);
+  return found;
+}
+
+void Arbiter::CountUseLocked(const std::string& key_id) const {
+  auto it = uses_.find(key_id);
+  if (it != uses_.end()) {
+    it->second->lookups.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 std::vector<Arbiter::Found> Arbiter::Find(
@@ -158,6 +217,7 @@ std::vector<Arbiter::Found> Arbiter::Find(
       found[start + i] =
           FindLocked(keys[start + i]->candidate_set(),
                      it == slots_.end() ? nullptr : &it->second, now);
+      if (found[start + i].stale_usable) CountUseLocked(ids[i]);
     }
   }
   return found;
@@ -371,8 +431,7 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       auto it = slots_.find(key_id);
       if (it == slots_.end() || !it->second.has_entry()) continue;
       Slot& slot = it->second;
-      --entries_;
-      if (!slot.fingerprint_matches) --stale_entries_;
+      ForgetEntryLocked(key_id, slot);
       slot.entry_summary.reset();
       slot.entry_candidate_set = nullptr;
       CollectLocked(key_id, now, &notes);
@@ -463,6 +522,7 @@ Arbiter::Stats Arbiter::GetStats() const {
   absl::ReaderMutexLock lock(&mu_);
   stats.entries = entries_;
   stats.stale_entries = stale_entries_;
+  stats.stale_usable_entries = stale_usable_entries_;
   for (const auto& [id, key_id] : claims_) {
     const Slot& slot = slots_.at(key_id);
     if (!LeaseLive(*slot.lease, now)) continue;
@@ -481,6 +541,35 @@ Arbiter::Stats Arbiter::GetStats() const {
     if (now < BackoffUntil(slots_.at(key_id))) ++stats.backoff_keys;
   }
   return stats;
+}
+
+std::optional<Arbiter::Revalidation> Arbiter::NextRevalidation() {
+  const absl::Time now = clock_->Now();
+  absl::ReaderMutexLock lock(&mu_);
+  const std::string* best_id = nullptr;
+  UseCount* best = nullptr;
+  uint64_t best_lookups = 0;
+  for (const auto& [key_id, uses] : uses_) {
+    if (uses->tried.load(std::memory_order_relaxed)) continue;
+    const Slot& slot = slots_.at(key_id);
+    if (slot.lease && LeaseLive(*slot.lease, now)) continue;  // being tuned
+    const uint64_t lookups = uses->lookups.load(std::memory_order_relaxed);
+    // Most used first; ties in key order, so the choice is reproducible.
+    if (best == nullptr || lookups > best_lookups ||
+        (lookups == best_lookups && key_id < *best_id)) {
+      best_id = &key_id;
+      best = uses.get();
+      best_lookups = lookups;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  // Under a reader lock two callers could pick the same key; the daemon has
+  // one caller, and exchange keeps even two from both taking it.
+  if (best->tried.exchange(true)) return std::nullopt;
+  v1::Entry entry;
+  // The summary was serialized by a daemon (the store is trusted).
+  entry.ParseFromString(*slots_.at(*best_id).entry_summary);
+  return Revalidation{entry.key(), best_lookups};
 }
 
 void Arbiter::CollectLocked(const std::string& key_id, absl::Time now,

@@ -6,7 +6,10 @@
 //   PENDING  a live claim (lease not expired, or a Record being persisted)
 //   BACKOFF  abandoned backoff_abandons times within backoff_window: no claims
 //            until the cool-down ends
-//   STALE    an entry for another candidate set or fingerprint: re-tunable
+//   STALE    an entry for another candidate set or fingerprint: re-tunable.
+//            Stale-but-usable (Found::stale_usable) when only the software
+//            changed: the asker's candidate set, the same device model
+//            (proto/fingerprint.h DeviceModel) and stale_while_revalidate on
 //   MISS     none of the above
 //
 // Claim ids are fencing tokens: strictly increasing and never reused, also
@@ -25,6 +28,7 @@
 #ifndef GPUTUNE_DAEMON_ARBITER_H_
 #define GPUTUNE_DAEMON_ARBITER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -57,6 +61,12 @@ struct ArbiterOptions {
   absl::Duration backoff_window = absl::Minutes(5);
   absl::Duration backoff_cooldown = absl::Minutes(1);
   uint64_t claim_id_block = 1024;  // ids reserved per durable write
+  // Stale-while-revalidate (gputuned --stale_while_revalidate=fingerprint):
+  // an entry whose fingerprint differs from the daemon's but names the same
+  // device model is stale-but-usable for its own candidate set. Off: STALE.
+  bool stale_while_revalidate = true;
+  // DeviceModel(fingerprint) of the daemon; unused without a fingerprint.
+  std::string device_model;
   DaemonMetrics* metrics =
       nullptr;  // counts expiries and backoffs; may be null
 };
@@ -76,11 +86,13 @@ class Arbiter {
   // Adds an entry at start-up from what the store keeps for the index
   // (TuneStore::ForEachSummary): the serialized summary, its candidate set
   // and the digest of the entry's fingerprint. No parsing: restarts stay
-  // fast. No watchers exist yet.
+  // fast. No watchers exist yet. `same_device_model`: the entry's
+  // fingerprint names the daemon's device model (the caller learns it once
+  // per distinct digest); it matters only when the digests differ.
   void LoadSummary(const std::string& key_id, std::string summary,
                    std::string candidate_set,
-                   const std::string& fingerprint_digest)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                   const std::string& fingerprint_digest,
+                   bool same_device_model = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A key's state and what explains it, as the index holds it.
   struct Found {
@@ -90,11 +102,13 @@ class Arbiter {
     // with the index and never changed: a lookup copies no entry.
     std::shared_ptr<const std::string> entry;
     std::string stale_reason;            // STALE: why
+    bool stale_usable = false;           // STALE: the entry may be run
     std::optional<v1::ClaimInfo> claim;  // PENDING: the live claim
     absl::Time retry_after;  // BACKOFF: when claims are allowed again
   };
   // The state of `key`, which must be valid (ValidateKey): the hot path of
-  // Lookup. No I/O, a reader lock.
+  // Lookup. No I/O, a reader lock. A stale-but-usable dense answer counts
+  // one use of the key (an atomic add) for NextRevalidation.
   Found Find(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
   // Find of each key, in order (BatchLookup): the reader lock is taken once
   // per few hundred keys, so writers wait little behind a large batch.
@@ -161,17 +175,34 @@ class Arbiter {
 
   struct Stats {
     uint64_t entries = 0;
-    uint64_t stale_entries = 0;  // fingerprint differs
+    uint64_t stale_entries = 0;         // fingerprint differs
+    uint64_t stale_usable_entries = 0;  // of those, stale-but-usable
     uint32_t backoff_keys = 0;
     std::vector<std::pair<v1::Key, v1::ClaimInfo>> claims;
   };
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Why `entry` is STALE for a caller with `candidate_set` on a daemon whose
-  // fingerprint digest is `digest` (nullopt: not judged); empty for a HIT.
-  static std::string StaleReason(const v1::Entry& entry,
-                                 absl::string_view candidate_set,
-                                 const std::optional<std::string>& digest);
+  // Why `entry` is STALE for a caller with `candidate_set` (empty reason:
+  // a HIT), and whether it is stale-but-usable, by this arbiter's rules
+  // (GetEntry, which reads the entry from the store).
+  struct Verdict {
+    std::string stale_reason;
+    bool stale_usable = false;
+  };
+  Verdict Judge(const v1::Entry& entry, absl::string_view candidate_set) const;
+
+  // Stale-while-revalidate: the stale-but-usable dense_bf16 key (with its
+  // entry's candidate set) most looked up since it became one, not tried
+  // before and not claimed now; nullopt when there is none. Marks it tried:
+  // each key is offered once per daemon run (a failed re-tune is not
+  // retried until a restart or a new entry). Custom keys are never offered:
+  // the daemon cannot run them. Scans the stale-but-usable keys under the
+  // reader lock.
+  struct Revalidation {
+    v1::Key key;
+    uint64_t lookups = 0;
+  };
+  std::optional<Revalidation> NextRevalidation() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Lease {
@@ -194,6 +225,9 @@ class Arbiter {
     // Interned in candidate_sets_: a process has few, 100k entries one each.
     const std::string* entry_candidate_set = nullptr;
     bool fingerprint_matches = true;
+    // The fingerprint differs, but names this device model and the policy
+    // is on: stale-but-usable for the entry's candidate set.
+    bool usable_when_stale = false;
     std::unique_ptr<Lease> lease;        // few keys have one: 8 bytes when not
     std::unique_ptr<Cooldown> cooldown;  // only keys abandoned lately
     bool has_entry() const { return entry_summary != nullptr; }
@@ -206,6 +240,13 @@ class Arbiter {
     // collected later (higher sequence) wins and older ones are dropped.
     absl::Mutex deliver_mu;
     uint64_t delivered_seq ABSL_GUARDED_BY(deliver_mu) = 0;
+  };
+  // Uses of a stale-but-usable dense key, counted on the (shared-locked)
+  // lookup path, hence atomics; in a map of its own so that Slot stays
+  // small for the keys that are not.
+  struct UseCount {
+    std::atomic<uint64_t> lookups{0};
+    std::atomic<bool> tried{false};
   };
   struct Notification {
     std::shared_ptr<Watcher> watcher;
@@ -223,16 +264,28 @@ class Arbiter {
                    absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // `found` for `key` as a KeyStatus, its entry parsed.
   static v1::KeyStatus StatusOf(const v1::Key& key, Found found);
-  static std::string StaleReasonFor(bool fingerprint_matches,
-                                    absl::string_view entry_candidate_set,
-                                    absl::string_view candidate_set);
+  static Verdict VerdictFor(bool fingerprint_matches, bool usable_when_stale,
+                            absl::string_view entry_candidate_set,
+                            absl::string_view candidate_set);
+  // Whether an entry whose fingerprint digest is `digest` is this device's
+  // (always, without a fingerprint); whether one that is not is
+  // stale-but-usable.
+  bool FingerprintMatches(const std::string& digest) const;
+  bool UsableWhenStale(bool fingerprint_matches, bool same_device_model) const;
+  // One more use of key_id's stale-but-usable entry (Find).
+  void CountUseLocked(const std::string& key_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::KeyStatus StatusLocked(const v1::Key& key, const Slot* slot,
                              absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return StatusOf(key, FindLocked(key.candidate_set(), slot, now));
   }
   void SetEntryLocked(const std::string& key_id, std::string summary,
-                      std::string candidate_set, bool fingerprint_matches)
+                      std::string candidate_set, bool fingerprint_matches,
+                      bool usable_when_stale)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the slot's entry from the counters (and its use count).
+  void ForgetEntryLocked(const std::string& key_id, const Slot& slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetEntryLocked(const std::string& key_id, const v1::Entry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -273,6 +326,10 @@ class Arbiter {
   uint64_t claim_id_limit_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stale_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stale_usable_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  // Stale-but-usable dense keys (the ones NextRevalidation may offer).
+  absl::flat_hash_map<std::string, std::unique_ptr<UseCount>> uses_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gputune

@@ -176,6 +176,14 @@ const std::vector<Option>& Options() {
           &Config::job_timeout),
       OneOf("autotune_log", "disabled | minimal | full", &Config::autotune_log,
             {"disabled", "minimal", "full"}),
+      OneOf("stale_while_revalidate",
+            "fingerprint (serve entries of this device model from older "
+            "software as stale-but-usable and re-tune them when idle) | off",
+            &Config::stale_while_revalidate, {"fingerprint", "off"}),
+      Dur("revalidate_idle",
+          "how long the benchmark queue must be empty before a background "
+          "re-tune of a stale-but-usable key",
+          &Config::revalidate_idle),
       Bool("db_sync_full",
            "SQLite synchronous=FULL (survives power loss) rather than NORMAL "
            "(survives a process crash)",

@@ -71,6 +71,14 @@ struct Config {
   int max_candidates = 16;
   absl::Duration job_timeout = absl::Minutes(2);  // a job past it is cancelled
   std::string autotune_log = "minimal";           // disabled | minimal | full
+  // Stale-while-revalidate: "fingerprint" serves an entry of the same
+  // device model measured with other software (a driver, CUDA, cuBLASLt or
+  // gputune upgrade) as stale-but-usable and re-tunes its dense keys in the
+  // background once the benchmark queue has been empty for
+  // revalidate_idle, most looked-up first; "off": such entries are plainly
+  // STALE. Never for a candidate-set change.
+  std::string stale_while_revalidate = "fingerprint";
+  absl::Duration revalidate_idle = absl::Seconds(2);
 
   // Storage.
   bool db_sync_full = true;  // synchronous=FULL (else NORMAL)

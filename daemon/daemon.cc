@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -192,6 +193,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   arbiter_options.backoff_abandons = config.backoff_abandons;
   arbiter_options.backoff_window = config.backoff_window;
   arbiter_options.backoff_cooldown = config.backoff_cooldown;
+  arbiter_options.stale_while_revalidate =
+      config.stale_while_revalidate == "fingerprint";
+  arbiter_options.device_model = DeviceModel(info.fingerprint);
   storage::TuneStore* raw_store = d->store_.get();
   d->arbiter_ = std::make_unique<Arbiter>(
       arbiter_options, &d->clock_,
@@ -199,14 +203,40 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       info.fingerprint_digest);
   const absl::Time load_start = absl::Now();
   int64_t loaded = 0;
+  // Whether each fingerprint digest other than ours names our device model
+  // (stale-while-revalidate): summaries carry no fingerprint, so one entry
+  // per digest is read; there are a handful (one per software version).
+  absl::flat_hash_map<std::string, bool> same_model;
+  absl::Status load_error;
   if (absl::Status s = d->store_->ForEachSummary(
           [&](std::string key_id, std::string summary, std::string cs,
               std::string fingerprint) {
+            if (!load_error.ok()) return;
+            bool model = false;
+            if (info.fingerprint_digest &&
+                fingerprint != *info.fingerprint_digest) {
+              auto known = same_model.find(fingerprint);
+              if (known != same_model.end()) {
+                model = known->second;
+              } else {
+                absl::StatusOr<std::optional<v1::Entry>> entry =
+                    d->store_->Get(key_id);
+                if (!entry.ok()) {
+                  load_error = entry.status();
+                  return;
+                }
+                if (!entry->has_value()) return;  // damaged: quarantined
+                model = DeviceModel((*entry)->fingerprint()) ==
+                        arbiter_options.device_model;
+                same_model.emplace(fingerprint, model);
+              }
+            }
             d->arbiter_->LoadSummary(key_id, std::move(summary), std::move(cs),
-                                     fingerprint);
+                                     fingerprint, model);
             ++loaded;
           });
-      !s.ok()) {
+      !s.ok() || !load_error.ok()) {
+    if (s.ok()) s = load_error;
     return absl::Status(s.code(),
                         absl::StrCat("loading ", config.db, ": ", s.message()));
   }
@@ -308,6 +338,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       d->fleet_->Start();
     }
   }
+  if (arbiter_options.stale_while_revalidate && d->backend_ &&
+      info.fingerprint_digest) {
+    d->revalidator_ = std::make_unique<Revalidator>(
+        d->arbiter_.get(), d->jobs_.get(), &d->clock_, config.revalidate_idle);
+    d->tune_service_->set_revalidator(d->revalidator_.get());
+  }
   if (config.max_connection_idle > absl::ZeroDuration()) {
     builder.AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_IDLE_MS,
@@ -365,6 +401,7 @@ void Daemon::Shutdown() {
   if (server_ && server_->GetHealthCheckService())
     server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();
+  if (revalidator_) revalidator_->Stop();  // its re-tune was answered
   if (listener_) listener_->Stop();  // no new connections; removes the socket
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +

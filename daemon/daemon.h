@@ -25,6 +25,7 @@
 #include "daemon/job_queue.h"
 #include "daemon/listener.h"
 #include "daemon/metrics.h"
+#include "daemon/revalidator.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
 #include "grpcpp/server.h"
@@ -87,6 +88,9 @@ class Daemon {
   std::unique_ptr<SerialExecutor> store_executor_;
   std::unique_ptr<JobQueue> jobs_;
   std::unique_ptr<fleet::FleetLink> fleet_;  // null without --fleet
+  // Stale-while-revalidate's background re-tunes; null when off or without
+  // a backend.
+  std::unique_ptr<Revalidator> revalidator_;
   std::unique_ptr<TuneServiceImpl> tune_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;

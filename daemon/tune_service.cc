@@ -96,12 +96,14 @@ size_t ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
       *out->mutable_retry_after() = ToProto(found.retry_after);
       size += 16;
       break;
-    case v1::KEY_STATE_STALE:
-      size += found.stale_reason.size();
-      out->set_stale_reason(std::move(found.stale_reason));
-      break;
     default:
       break;
+  }
+  // STALE, and a stale-but-usable entry in PENDING and BACKOFF.
+  if (!found.stale_reason.empty()) {
+    size += found.stale_reason.size() + 2;
+    out->set_stale_reason(std::move(found.stale_reason));
+    out->set_stale_usable(found.stale_usable);
   }
   return size;
 }
@@ -641,11 +643,12 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetEntry(
           return absl::NotFoundError(
               absl::StrCat("no entry for ", KeyId(request->key())));
         }
-        std::string reason = Arbiter::StaleReason(
-            **entry, request->key().candidate_set(), info_.fingerprint_digest);
-        response->set_state(reason.empty() ? v1::KEY_STATE_HIT
-                                           : v1::KEY_STATE_STALE);
-        response->set_stale_reason(std::move(reason));
+        Arbiter::Verdict verdict =
+            arbiter_->Judge(**entry, request->key().candidate_set());
+        response->set_state(verdict.stale_reason.empty() ? v1::KEY_STATE_HIT
+                                                         : v1::KEY_STATE_STALE);
+        response->set_stale_reason(std::move(verdict.stale_reason));
+        response->set_stale_usable(verdict.stale_usable);
         *response->mutable_entry() = std::move(**entry);
         return absl::OkStatus();
       });
@@ -757,6 +760,12 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
   Arbiter::Stats stats = arbiter_->GetStats();
   response->set_entries(stats.entries);
   response->set_stale_entries(stats.stale_entries);
+  response->set_stale_usable_entries(stats.stale_usable_entries);
+  if (revalidator_ != nullptr) {
+    const Revalidator::Stats rs = revalidator_->GetStats();
+    response->set_revalidated(rs.revalidated);
+    response->set_revalidations_failed(rs.failed);
+  }
   response->set_backoff_keys(stats.backoff_keys);
   for (auto& [key, claim] : stats.claims) {
     *response->add_claim_keys() = std::move(key);

@@ -21,6 +21,7 @@
 #include "daemon/clock.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
+#include "daemon/revalidator.h"
 #include "daemon/serial_executor.h"
 #include "gputune/v1/tune.grpc.pb.h"
 #include "storage/tune_store.h"
@@ -103,6 +104,12 @@ class TuneServiceImpl final : public TuneServiceBase {
   // before serving; null: no fleet.
   void set_fleet(FleetHooks* fleet) { fleet_ = fleet; }
 
+  // Stale-while-revalidate's background re-tunes, for GetStatus. Call before
+  // serving; null: none.
+  void set_revalidator(const Revalidator* revalidator) {
+    revalidator_ = revalidator;
+  }
+
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* request,
@@ -159,6 +166,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   Authority* const authority_;
   DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
   FleetHooks* fleet_ = nullptr;       // set before serving; may stay null
+  const Revalidator* revalidator_ = nullptr;  // likewise
 };
 
 class AdminServiceImpl final : public AdminServiceBase {

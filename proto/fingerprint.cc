@@ -1,5 +1,6 @@
 #include "fingerprint.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace gputune {
@@ -18,6 +19,12 @@ std::string FingerprintDigest(const v1::Fingerprint& fp) {
     h *= 1099511628211ull;
   }
   return absl::StrFormat("%016x", h);
+}
+
+std::string DeviceModel(const v1::Fingerprint& fp) {
+  // '\n' separates: no field may hold a control character (validation.h).
+  return absl::StrCat(fp.backend(), "\n", fp.device_name(), "\n",
+                      fp.compute_capability(), "\n", fp.processor_count());
 }
 
 }  // namespace gputune

@@ -123,7 +123,8 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   about.AddRow({"key", KeyText(e.key())});
   about.AddRow(
       {"state",
-       absl::StrCat(KeyStateName(got.state()),
+       absl::StrCat(got.stale_usable() ? absl::string_view("stale-but-usable")
+                                       : KeyStateName(got.state()),
                     got.stale_reason().empty()
                         ? ""
                         : absl::StrCat(" (", got.stale_reason(), ")"))});

@@ -289,6 +289,9 @@ gputune_state gputune_result_state(const gputune_result* r) {
 int gputune_result_hit(const gputune_result* r) {
   return r->state() == v1::KEY_STATE_HIT;
 }
+int gputune_result_stale_usable(const gputune_result* r) {
+  return r->stale_usable();
+}
 int gputune_result_from_memo(const gputune_result* r) {
   return !r->has_own && r->lookup.from_memo();
 }

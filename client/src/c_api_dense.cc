@@ -157,8 +157,10 @@ gputune_code gputune_dense_run(gputune_dense_runner* runner,
     d.workspace = a.workspace;
     d.workspace_bytes = a.workspace_bytes;
     const gputune::v1::Execution& execution =
-        result != nullptr ? result->entry().execution()
-                          : gputune::v1::Execution::default_instance();
+        result != nullptr
+            ? gputune::ExecutionToRun(result->state(), result->stale_usable(),
+                                      result->entry())
+            : gputune::v1::Execution::default_instance();
     auto run = runner->module->run(*runner->runner, execution, d);
     if (!run.ok()) return Fail(run.status());
     if (run->fell_back) {

@@ -59,6 +59,9 @@ struct gputune_result {
   const gputune::v1::Entry& entry() const {
     return has_own ? own.entry() : lookup.entry();
   }
+  bool stale_usable() const {
+    return has_own ? own.stale_usable() : lookup.stale_usable();
+  }
 };
 
 namespace gputune::c_api {

@@ -105,6 +105,23 @@ const v1::KeyStatus& LookupResult::status() const {
   return cell_ ? cell_->status() : v1::KeyStatus::default_instance();
 }
 
+bool LookupResult::stale_usable() const {
+  return cell_ != nullptr && cell_->stale_usable();
+}
+
+const v1::Execution& LookupResult::execution_to_run() const {
+  return ExecutionToRun(state(), stale_usable(), entry());
+}
+
+const v1::Execution& ExecutionToRun(v1::KeyState state, bool stale_usable,
+                                    const v1::Entry& entry) {
+  // The daemon marks stale_usable only a non-HIT state whose entry it
+  // serves for this candidate set and device model.
+  const bool usable = state == v1::KEY_STATE_HIT ||
+                      (state != v1::KEY_STATE_UNSPECIFIED && stale_usable);
+  return usable ? entry.execution() : v1::Execution::default_instance();
+}
+
 Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
                    std::shared_ptr<grpc::Channel> channel,
                    client_internal::Rpc::ChannelFactory factory)

@@ -7,7 +7,9 @@ namespace gputune::client_internal {
 using google::protobuf::Arena;
 
 LookupCell::LookupCell(v1::KeyStatus status)
-    : state_(status.state()), arena_(std::make_shared<Arena>()) {
+    : state_(status.state()),
+      stale_usable_(status.stale_usable()),
+      arena_(std::make_shared<Arena>()) {
   status_ = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
   *status_ = std::move(status);
   entry_ = &status_->entry();
@@ -16,6 +18,7 @@ LookupCell::LookupCell(v1::KeyStatus status)
 LookupCell::LookupCell(std::shared_ptr<Arena> arena, const v1::Key* key,
                        const v1::LookupStatus* answer)
     : state_(answer->state()),
+      stale_usable_(answer->stale_usable()),
       arena_(std::move(arena)),
       key_(key),
       answer_(answer) {}
@@ -40,6 +43,7 @@ void LookupCell::Parse() const {
       *status->mutable_retry_after() = answer_->retry_after();
     }
     status->set_stale_reason(answer_->stale_reason());
+    status->set_stale_usable(answer_->stale_usable());
     status_ = status;
     entry_ = &status->entry();
   });

@@ -31,6 +31,8 @@ class LookupCell {
   LookupCell& operator=(const LookupCell&) = delete;
 
   v1::KeyState state() const { return state_; }
+  // KeyStatus.stale_usable, without parsing.
+  bool stale_usable() const { return stale_usable_; }
   // The status with the entry parsed, on the first call. An entry whose
   // bytes do not parse (gputuned sends only entries it has checked) reads
   // as an empty Entry.
@@ -44,6 +46,7 @@ class LookupCell {
 
  private:
   const v1::KeyState state_;
+  const bool stale_usable_;
   const std::shared_ptr<google::protobuf::Arena> arena_;
   // What the daemon answered; null for a status parsed already.
   const v1::Key* const key_ = nullptr;

@@ -213,6 +213,7 @@ result_chosen_time_ns = _fn("gputune_result_chosen_time_ns", c_int64, _P)
 result_default_time_ns = _fn("gputune_result_default_time_ns", c_int64, _P)
 result_speedup = _fn("gputune_result_speedup", c_double, _P)
 result_stale_reason = _fn("gputune_result_stale_reason", c_char_p, _P)
+result_stale_usable = _fn("gputune_result_stale_usable", c_int, _P)
 result_claim_holder = _fn("gputune_result_claim_holder", c_char_p, _P)
 result_retry_after_unix_ms = _fn("gputune_result_retry_after_unix_ms", c_int64, _P)
 

@@ -278,7 +278,9 @@ class LookupResult:
     .state, .hit, .from_memo; for HIT and STALE .execution (an Execution:
     a mapping of its params with .kernel, .workspace_bytes, .data),
     .chosen_time / .default_time (seconds or None) and .speedup; for STALE
-    .stale_reason, for PENDING .holder, for BACKOFF .retry_after (Unix time).
+    .stale_reason and .stale_usable (the entry may still be run: see
+    gputune_result_stale_usable), for PENDING .holder, for BACKOFF
+    .retry_after (Unix time).
     """
 
     __slots__ = ("_h", "_pool", "state", "_execution")
@@ -336,6 +338,13 @@ class LookupResult:
     @property
     def stale_reason(self) -> str:
         return _s(_capi.result_stale_reason(self._h))
+
+    @property
+    def stale_usable(self) -> bool:
+        """Stale-but-usable: tuned for this candidate set on this device model
+        before a software upgrade; DenseRunner.run replays it (after its
+        check) until the daemon's background re-tune replaces it."""
+        return bool(_capi.result_stale_usable(self._h))
 
     @property
     def holder(self) -> str:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gputune/gputune.h"
+#include "gputune/v1/tune.grpc.pb.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
 
@@ -513,6 +514,31 @@ TEST_CASE("libgputune.so exports only the C API and namespace gputune") {
   REQUIRE(others.empty());
   REQUIRE(c_api >= 60);
   REQUIRE(cxx > 20);
+}
+
+TEST_CASE("C: a stale-but-usable entry is said so; a plain STALE one is not") {
+  DaemonProcess daemon({"--backend=host", "--revalidate_idle=1h"});
+  v1::Key key;
+  key.mutable_custom()->set_op("my_attention");
+  key.mutable_custom()->set_params("b=8,h=32");
+  key.set_candidate_set("c1");
+  ImportFromOlderSoftware(*daemon.Stub(), key);
+  auto client = CClient(daemon.endpoint());
+  auto r = Result();
+  REQUIRE(gputune_lookup(client.get(), Key("my_attention/b=8,h=32@c1").get(),
+                         r.get()) == GPUTUNE_OK);
+  CHECK(gputune_result_state(r.get()) == GPUTUNE_STATE_STALE);
+  CHECK(gputune_result_stale_usable(r.get()) == 1);
+  CHECK(std::string(gputune_result_kernel(r.get())) == "older.kernel");
+  CHECK(std::string(gputune_result_stale_reason(r.get())).find("usable") !=
+        std::string::npos);
+  auto copy = Result();
+  REQUIRE(gputune_result_copy(r.get(), copy.get()) == GPUTUNE_OK);
+  CHECK(gputune_result_stale_usable(copy.get()) == 1);
+  REQUIRE(gputune_lookup(client.get(), Key("my_attention/b=8,h=32@c2").get(),
+                         r.get()) == GPUTUNE_OK);
+  CHECK(gputune_result_state(r.get()) == GPUTUNE_STATE_STALE);
+  CHECK(gputune_result_stale_usable(r.get()) == 0);
 }
 
 }  // namespace

@@ -357,6 +357,23 @@ TEST_CASE("get on a key being tuned says PENDING and by whom") {
   REQUIRE(missing.err.find("no entry") != std::string::npos);
 }
 
+TEST_CASE("get says stale-but-usable for an entry from older software") {
+  DaemonProcess daemon({"--backend=host", "--revalidate_idle=1h"});
+  const v1::Key key = CustomKey("old=1");
+  ImportFromOlderSoftware(*daemon.Stub(), key);
+  CtlResult r = RunCtl(daemon, {"get", KeyText(key)});
+  REQUIRE(r.exit_code == kExitOk);
+  REQUIRE(r.out.find("stale-but-usable (measured on this device model with "
+                     "other software") != std::string::npos);
+  CtlResult json = RunCtl(daemon, {"get", KeyText(key), "--json"});
+  REQUIRE(json.out.find("\"staleUsable\": true") != std::string::npos);
+  v1::Key other = key;
+  other.set_candidate_set("cs2");
+  CtlResult plain = RunCtl(daemon, {"get", KeyText(other)});
+  REQUIRE(plain.out.find("stale-but-usable") == std::string::npos);
+  REQUIRE(plain.out.find("stale (") != std::string::npos);
+}
+
 TEST_CASE("a socket this user may not open says join group gputune") {
   DaemonProcess daemon({"--backend=none"});
   REQUIRE(chmod(daemon.socket_path().c_str(), 0600) == 0);

@@ -386,5 +386,53 @@ TEST_CASE("one client is shared by many threads") {
   REQUIRE(counter.of("Lookup") <= 64);
 }
 
+TEST_CASE(
+    "a stale-but-usable entry is the execution to run, a plain STALE one "
+    "is not") {
+  // No background re-tune within the test (and a custom key is never one).
+  DaemonProcess daemon({"--backend=host", "--revalidate_idle=1h"});
+  auto client = ClientOf(daemon);
+  const v1::Key dense = DenseKey(2, 128, 128), custom = CustomKey("old=1");
+  ImportFromOlderSoftware(*daemon.Stub(), dense);
+  ImportFromOlderSoftware(*daemon.Stub(), custom);
+  for (const v1::Key* key : {&dense, &custom}) {
+    absl::StatusOr<LookupResult> r = client->Lookup(*key);
+    REQUIRE(r.ok());
+    CHECK(r->state() == v1::KEY_STATE_STALE);
+    CHECK(r->stale_usable());
+    CHECK(r->status().stale_usable());
+    CHECK(r->execution_to_run().kernel() == "older.kernel");
+    CHECK(r->execution_to_run().params().at("tile") == 32);
+    CHECK_FALSE(r->from_memo());
+  }
+  SECTION("another candidate set runs the default") {
+    v1::Key other = dense;
+    other.set_candidate_set("cs2");
+    absl::StatusOr<LookupResult> r = client->Lookup(other);
+    REQUIRE(r.ok());
+    CHECK(r->state() == v1::KEY_STATE_STALE);
+    CHECK_FALSE(r->stale_usable());
+    CHECK(r->entry().execution().kernel() == "older.kernel");
+    CHECK(r->execution_to_run().kernel().empty());
+  }
+  SECTION("a HIT runs its entry, a MISS and an empty result the default") {
+    const v1::Key hit = CustomKey("new=1");
+    MakeHit(*client, hit, "k.new");
+    CHECK(client->Lookup(hit)->execution_to_run().kernel() == "k.new");
+    CHECK(client->Lookup(CustomKey("none=1"))->execution_to_run().kernel() ==
+          "");
+    CHECK(LookupResult().execution_to_run().kernel().empty());
+  }
+  SECTION("BatchLookup says the same") {
+    absl::StatusOr<std::vector<LookupResult>> rs =
+        client->BatchLookup({dense, custom});
+    REQUIRE(rs.ok());
+    for (const LookupResult& r : *rs) {
+      CHECK(r.stale_usable());
+      CHECK(r.execution_to_run().kernel() == "older.kernel");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gputune::testing

@@ -16,6 +16,7 @@ namespace {
 
 using testing::DaemonProcess;
 using testing::DenseKey;
+using testing::ImportFromOlderSoftware;
 
 std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -58,6 +59,14 @@ bool WaitFor(v1::TuneService::Stub& stub, Pred pred) {
 
 double ProtoToSeconds(const google::protobuf::Duration& d) {
   return absl::ToDoubleSeconds(FromProto(d));
+}
+
+v1::LookupStatus Lookup(v1::TuneService::Stub& stub, const v1::Key& key) {
+  v1::LookupRequest req;
+  *req.mutable_key() = key;
+  v1::LookupResponse resp;
+  REQUIRE(stub.Lookup(Ctx().get(), req, &resp).ok());
+  return resp.status();
 }
 
 }  // namespace
@@ -441,6 +450,134 @@ TEST_CASE(
   CHECK(after.jobs_failed() == 1);
   CHECK(after.backend_ready());
   CHECK_FALSE(after.has_running_job());
+}
+
+TEST_CASE(
+    "after an upgrade an older entry is served as stale-but-usable until a "
+    "background re-tune, most looked-up first, replaces it") {
+  // The re-tunes wait for 3 s of an idle queue: time to look at the
+  // stale-but-usable answers first.
+  DaemonProcess d(
+      {"--backend=host", "--tune_budget=300ms", "--revalidate_idle=3s"});
+  auto stub = d.Stub();
+  const v1::Key popular = DenseKey(2, 128, 128), rare = DenseKey(3, 128, 128);
+  ImportFromOlderSoftware(*stub, popular);
+  ImportFromOlderSoftware(*stub, rare);
+  for (int i = 0; i < 5; ++i) (void)Lookup(*stub, popular);
+  const v1::LookupStatus looked = Lookup(*stub, rare);
+  CHECK(looked.state() == v1::KEY_STATE_STALE);
+  CHECK(looked.stale_usable());
+  CHECK(looked.stale_reason().find("usable") != std::string::npos);
+  v1::Entry served;
+  REQUIRE(served.ParseFromString(looked.entry()));
+  CHECK(served.execution().kernel() == "older.kernel");
+  const v1::GetEntryResponse got = GetEntry(*stub, rare);
+  CHECK(got.state() == v1::KEY_STATE_STALE);
+  CHECK(got.stale_usable());
+  const v1::GetStatusResponse before = Status(*stub);
+  CHECK(before.stale_entries() == 2);
+  CHECK(before.stale_usable_entries() == 2);
+  CHECK(before.jobs_completed() == 0);
+  SECTION("never for another candidate set") {
+    const v1::LookupStatus other = Lookup(*stub, DenseKey(3, 128, 128, "cs2"));
+    CHECK(other.state() == v1::KEY_STATE_STALE);
+    CHECK_FALSE(other.stale_usable());
+  }
+
+  // A watcher of the rare key sees it stay usable (STALE, then PENDING
+  // while it is re-tuned), then the new HIT, which ends the stream.
+  std::vector<v1::KeyStatus> seen;
+  auto ctx = Ctx();
+  v1::WatchRequest watch;
+  *watch.mutable_key() = rare;
+  auto reader = stub->Watch(ctx.get(), watch);
+  v1::WatchResponse update;
+  while (reader->Read(&update)) seen.push_back(update.status());
+  CHECK(reader->Finish().ok());
+  REQUIRE(seen.size() >= 2);
+  for (size_t i = 0; i + 1 < seen.size(); ++i) {
+    INFO("update " << i << ": " << seen[i].ShortDebugString());
+    CHECK(seen[i].stale_usable());
+    CHECK(seen[i].entry().execution().kernel() == "older.kernel");
+  }
+  CHECK(seen.back().state() == v1::KEY_STATE_HIT);
+
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.revalidated() == 2;
+  }));
+  const v1::GetStatusResponse after = Status(*stub);
+  CHECK(after.stale_entries() == 0);
+  CHECK(after.stale_usable_entries() == 0);
+  CHECK(after.revalidations_failed() == 0);
+  CHECK(after.jobs_completed() == 2);
+  const v1::GetEntryResponse first = GetEntry(*stub, popular);
+  const v1::GetEntryResponse second = GetEntry(*stub, rare);
+  for (const v1::GetEntryResponse* e : {&first, &second}) {
+    CHECK(e->state() == v1::KEY_STATE_HIT);
+    CHECK(e->entry().source() == v1::SOURCE_DAEMON_MEASURED);
+    CHECK(e->entry().execution().kernel() != "older.kernel");
+    CHECK(e->entry().fingerprint().kernel_version() ==
+          after.fingerprint().kernel_version());
+  }
+  // Five lookups against one: the popular key went first.
+  CHECK(FromProto(first.entry().measured_at()) <
+        FromProto(second.entry().measured_at()));
+}
+
+TEST_CASE(
+    "with --stale_while_revalidate=off an older entry is plainly STALE and "
+    "not re-tuned") {
+  DaemonProcess d({"--backend=host", "--tune_budget=300ms",
+                   "--stale_while_revalidate=off", "--revalidate_idle=100ms"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(2, 128, 128);
+  ImportFromOlderSoftware(*stub, key);
+  const v1::LookupStatus looked = Lookup(*stub, key);
+  CHECK(looked.state() == v1::KEY_STATE_STALE);
+  CHECK_FALSE(looked.stale_usable());
+  CHECK(looked.stale_reason() ==
+        "measured on another device or software (fingerprint differs)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const v1::GetStatusResponse status = Status(*stub);
+  CHECK(status.stale_entries() == 1);
+  CHECK(status.stale_usable_entries() == 0);
+  CHECK(status.jobs_completed() == 0);
+  CHECK(Lookup(*stub, key).state() == v1::KEY_STATE_STALE);
+}
+
+TEST_CASE(
+    "a custom key stays stale-but-usable (also across a restart) and another "
+    "device model's entry is never usable nor re-tuned") {
+  DaemonProcess d(
+      {"--backend=host", "--tune_budget=300ms", "--revalidate_idle=100ms"});
+  auto stub = d.Stub();
+  v1::Key custom;
+  custom.mutable_custom()->set_op("my_attention");
+  custom.mutable_custom()->set_params("b=8,h=32");
+  custom.set_candidate_set("cs1");
+  const v1::Key elsewhere = DenseKey(4, 128, 128);
+  ImportFromOlderSoftware(*stub, custom);
+  ImportFromOlderSoftware(*stub, elsewhere, "another-cpu");
+  for (int start = 0; start < 2; ++start) {
+    INFO((start == 0 ? "imported" : "after a restart"));
+    const v1::LookupStatus c = Lookup(*stub, custom);
+    CHECK(c.state() == v1::KEY_STATE_STALE);
+    CHECK(c.stale_usable());
+    const v1::LookupStatus e = Lookup(*stub, elsewhere);
+    CHECK(e.state() == v1::KEY_STATE_STALE);
+    CHECK_FALSE(e.stale_usable());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const v1::GetStatusResponse status = Status(*stub);
+    CHECK(status.stale_entries() == 2);
+    CHECK(status.stale_usable_entries() == 1);
+    CHECK(status.jobs_completed() == 0);
+    CHECK(status.revalidated() + status.revalidations_failed() == 0);
+    if (start == 0) {
+      REQUIRE(WIFEXITED(d.Terminate()));
+      d.Start();
+      stub = d.Stub();
+    }
+  }
 }
 
 }  // namespace gputune

@@ -186,4 +186,38 @@ v1::Key DenseKey(uint32_t m, uint32_t k, uint32_t n,
   return key;
 }
 
+v1::Entry ImportFromOlderSoftware(v1::TuneService::Stub& stub,
+                                  const v1::Key& key,
+                                  const std::string& device_name) {
+  auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(30));
+    return c;
+  };
+  v1::GetStatusResponse status;
+  if (grpc::Status s =
+          stub.GetStatus(ctx().get(), v1::GetStatusRequest(), &status);
+      !s.ok()) {
+    throw std::runtime_error("GetStatus: " + s.error_message());
+  }
+  v1::ImportEntriesRequest req;
+  v1::Entry& e = *req.add_entries();
+  *e.mutable_key() = key;
+  e.mutable_execution()->set_kernel("older.kernel");
+  (*e.mutable_execution()->mutable_params())["tile"] = 32;
+  e.set_source(v1::SOURCE_DAEMON_MEASURED);
+  *e.mutable_fingerprint() = status.fingerprint();
+  e.mutable_fingerprint()->set_kernel_version("0.0.1-older");
+  if (!device_name.empty()) {
+    e.mutable_fingerprint()->set_device_name(device_name);
+  }
+  v1::ImportEntriesResponse imported;
+  if (grpc::Status s = stub.ImportEntries(ctx().get(), req, &imported);
+      !s.ok()) {
+    throw std::runtime_error("ImportEntries: " + s.error_message());
+  }
+  return e;
+}
+
 }  // namespace gputune::testing

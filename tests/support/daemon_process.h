@@ -103,6 +103,15 @@ v1::Key DenseKey(uint32_t m, uint32_t k = 256, uint32_t n = 256,
                  const std::string& candidate_set = "cs1",
                  const std::string& role = "test.role");
 
+// What a driver, CUDA, cuBLASLt or gputune upgrade leaves in the cache of
+// the daemon `stub` talks to: `key`'s entry (kernel "older.kernel") as
+// measured on this daemon's device model with an older kernel library, or,
+// with `device_name`, on another device model. Imports it (an operator
+// call); throws std::runtime_error when the daemon refuses.
+v1::Entry ImportFromOlderSoftware(v1::TuneService::Stub& stub,
+                                  const v1::Key& key,
+                                  const std::string& device_name = "");
+
 }  // namespace gputune::testing
 
 #endif  // GPUTUNE_TESTS_SUPPORT_DAEMON_PROCESS_H_

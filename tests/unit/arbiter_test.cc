@@ -441,3 +441,140 @@ TEST_CASE("entries loaded at start-up are found") {
 }
 
 }  // namespace gputune
+
+namespace gputune {
+namespace {
+
+// A fingerprint of the host model "cpu" with kernel library `version`.
+v1::Fingerprint Versioned(const std::string& version,
+                          const std::string& device = "cpu") {
+  v1::Fingerprint fp = Fp(device);
+  fp.set_processor_count(8);
+  fp.set_kernel_version(version);
+  return fp;
+}
+
+// Makes the fixture's daemon run kernel library "v2" on model "cpu".
+void Upgrade(Fixture& f) {
+  f.digest = FingerprintDigest(Versioned("v2"));
+  f.options.device_model = DeviceModel(Versioned("v2"));
+}
+
+v1::Key CustomKey(const std::string& params) {
+  v1::Key key;
+  key.mutable_custom()->set_op("my_op");
+  key.mutable_custom()->set_params(params);
+  key.set_candidate_set("cs1");
+  return key;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "an entry of this device model from older software is stale-but-usable "
+    "for its own candidate set only") {
+  Fixture f;
+  Upgrade(f);
+  auto a = f.Make();
+  a->Install({EntryFor(DenseKey(1), Versioned("v1")),
+              EntryFor(DenseKey(2), Versioned("v1", "other-cpu"))});
+  const v1::KeyStatus s = a->Lookup(DenseKey(1));
+  CHECK(s.state() == v1::KEY_STATE_STALE);
+  CHECK(s.stale_usable());
+  CHECK(s.stale_reason().find("usable until re-tuned") != std::string::npos);
+  CHECK(s.entry().execution().kernel() == "k");
+  CHECK(a->GetStats().stale_entries == 2);
+  CHECK(a->GetStats().stale_usable_entries == 1);
+  SECTION("another candidate set never gets it as usable") {
+    const v1::KeyStatus other = a->Lookup(DenseKey(1, 256, 256, "cs2"));
+    CHECK(other.state() == v1::KEY_STATE_STALE);
+    CHECK_FALSE(other.stale_usable());
+  }
+  SECTION("nor does another device model") {
+    const v1::KeyStatus other = a->Lookup(DenseKey(2));
+    CHECK(other.state() == v1::KEY_STATE_STALE);
+    CHECK_FALSE(other.stale_usable());
+    CHECK(other.stale_reason() ==
+          "measured on another device or software (fingerprint differs)");
+  }
+  SECTION("it stays re-tunable: a claim is granted, a Record makes a HIT") {
+    REQUIRE(RecordNow(*a, Grant(*a, DenseKey(1), "p"), Versioned("v2")).ok());
+    const v1::KeyStatus hit = a->Lookup(DenseKey(1));
+    CHECK(hit.state() == v1::KEY_STATE_HIT);
+    CHECK_FALSE(hit.stale_usable());
+    CHECK(a->GetStats().stale_usable_entries == 0);
+  }
+  SECTION("Judge (GetEntry) says the same") {
+    const Arbiter::Verdict v =
+        a->Judge(EntryFor(DenseKey(1), Versioned("v1")), "cs1");
+    CHECK(v.stale_usable);
+    CHECK_FALSE(
+        a->Judge(EntryFor(DenseKey(1), Versioned("v1")), "cs2").stale_usable);
+    CHECK(a->Judge(EntryFor(DenseKey(1), Versioned("v2")), "cs1")
+              .stale_reason.empty());
+  }
+}
+
+TEST_CASE("with stale_while_revalidate off an older entry is plainly STALE") {
+  Fixture f;
+  Upgrade(f);
+  f.options.stale_while_revalidate = false;
+  auto a = f.Make();
+  a->Install({EntryFor(DenseKey(1), Versioned("v1"))});
+  const v1::KeyStatus s = a->Lookup(DenseKey(1));
+  CHECK(s.state() == v1::KEY_STATE_STALE);
+  CHECK_FALSE(s.stale_usable());
+  CHECK(a->GetStats().stale_usable_entries == 0);
+  CHECK_FALSE(a->NextRevalidation().has_value());
+}
+
+TEST_CASE(
+    "NextRevalidation offers stale-but-usable dense keys most looked-up "
+    "first, each once, never a custom or claimed one") {
+  Fixture f;
+  Upgrade(f);
+  auto a = f.Make();
+  const v1::Key rare = DenseKey(1), popular = DenseKey(2),
+                claimed = DenseKey(3), custom = CustomKey("x=1");
+  a->Install(
+      {EntryFor(rare, Versioned("v1")), EntryFor(popular, Versioned("v1")),
+       EntryFor(claimed, Versioned("v1")), EntryFor(custom, Versioned("v1"))});
+  CHECK(a->Lookup(custom).stale_usable());  // usable, but not re-tunable here
+  CHECK(a->GetStats().stale_usable_entries == 4);
+  (void)a->Find(rare);
+  const std::vector<const v1::Key*> batch = {&popular, &popular, &custom};
+  (void)a->Find(batch);
+  (void)a->Find(popular);
+  for (int i = 0; i < 5; ++i) (void)a->Find(claimed);
+  (void)Grant(*a, claimed, "someone");
+  // Lookups of another candidate set are not uses of the entry.
+  for (int i = 0; i < 5; ++i) (void)a->Find(DenseKey(1, 256, 256, "cs2"));
+
+  std::optional<Arbiter::Revalidation> first = a->NextRevalidation();
+  REQUIRE(first.has_value());
+  CHECK(KeyId(first->key) == KeyId(popular));
+  CHECK(first->key.candidate_set() == "cs1");  // the entry's own
+  CHECK(first->lookups == 3);
+  std::optional<Arbiter::Revalidation> second = a->NextRevalidation();
+  REQUIRE(second.has_value());
+  CHECK(KeyId(second->key) == KeyId(rare));
+  CHECK(second->lookups == 1);
+  CHECK_FALSE(a->NextRevalidation().has_value());
+}
+
+TEST_CASE("a stale-but-usable entry loaded at start-up is found as one") {
+  Fixture f;
+  Upgrade(f);
+  auto a = f.Make();
+  const v1::Key key = DenseKey(1);
+  a->LoadSummary(KeyId(key),
+                 SerializedEntrySummary(EntryFor(key, Versioned("v1"))),
+                 key.candidate_set(), FingerprintDigest(Versioned("v1")),
+                 /*same_device_model=*/true);
+  const Arbiter::Found found = a->Find(key);
+  CHECK(found.state == v1::KEY_STATE_STALE);
+  CHECK(found.stale_usable);
+  REQUIRE(a->NextRevalidation().has_value());
+}
+
+}  // namespace gputune

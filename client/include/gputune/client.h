@@ -66,6 +66,13 @@ class LookupResult {
   // The whole status: claim for PENDING, retry_after for BACKOFF,
   // stale_reason for STALE.
   const v1::KeyStatus& status() const;
+  // The entry is stale-but-usable (stale-while-revalidate): tuned for this
+  // candidate set on the same device model before a driver, CUDA, cuBLASLt
+  // or gputune upgrade. STALE, or PENDING / BACKOFF while the key is being
+  // re-tuned (the daemon does so in the background). Never parses.
+  bool stale_usable() const;
+  // What to run: ExecutionToRun(state(), stale_usable(), entry()).
+  const v1::Execution& execution_to_run() const;
 
  private:
   friend struct client_internal::ResultAccess;
@@ -76,6 +83,18 @@ class LookupResult {
   std::shared_ptr<const client_internal::LookupCell> cell_;
   bool from_memo_ = false;
 };
+
+// The execution to hand DenseRunner::Run (or the C API's gputune_dense_run)
+// for a key in `state`: the entry's for a HIT or a stale-but-usable entry,
+// else an empty Execution, which runs the default (a plain STALE's entry
+// may be for other kernels or another device). Run checks every
+// execution before it runs it (cuBLASLt: rebuilt and
+// cublasLtMatmulAlgoCheck'ed; gputune kernels: params and alignment) and
+// runs the default when the check fails, so a stale-but-usable execution
+// runs only after its replay check passes. Without a usable CUDA device
+// there is no runner (DenseRunner::Create says why): run the default.
+const v1::Execution& ExecutionToRun(v1::KeyState state, bool stale_usable,
+                                    const v1::Entry& entry);
 
 class Client {
  public:

@@ -214,6 +214,13 @@ gputune_code gputune_result_copy(const gputune_result* from,
 gputune_state gputune_result_state(const gputune_result* result);
 /* state == HIT. */
 int gputune_result_hit(const gputune_result* result);
+/* The entry is stale-but-usable (stale-while-revalidate): tuned for this
+ * candidate set on the same device model before a driver, CUDA, cuBLASLt or
+ * gputune upgrade. State STALE, or PENDING / BACKOFF while the key is being
+ * re-tuned (the daemon does so in the background). gputune_dense_run runs such
+ * an entry's execution only after its replay check passes, else the default; a
+ * plain STALE runs the default. */
+int gputune_result_stale_usable(const gputune_result* result);
 /* The answer came from the in-process memo (no I/O). */
 int gputune_result_from_memo(const gputune_result* result);
 
@@ -422,9 +429,10 @@ typedef struct gputune_dense_args {
   size_t workspace_bytes;
 } gputune_dense_args;
 
-/* Enqueues the execution `result` holds (a HIT's), or the default when
- * `result` is NULL or holds none. When the execution cannot run here
- * (unknown kernel, bad params, cuBLASLt's AlgoCheck refuses it, too little
+/* Enqueues the execution `result` holds when it is a HIT or
+ * stale-but-usable (gputune_result_stale_usable), else the default
+ * (also when `result` is NULL or holds none). When the execution cannot run
+ * here (unknown kernel, bad params, cuBLASLt's AlgoCheck refuses it, too little
  * workspace or alignment) the default runs instead, the call returns OK,
  * *fell_back (may be NULL) is set to 1 and
  * gputune_dense_runner_fallback_reason says why. Anything but OK means
