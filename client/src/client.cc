@@ -145,16 +145,15 @@ Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
           options.deadline) {}
 
 LookupResult Client::Impl::Remember(
-    const v1::Key& key,
     std::shared_ptr<const client_internal::LookupCell> cell) {
-  memo.Put(key, cell);
+  memo.Put(cell);
   return client_internal::ResultAccess::Make(std::move(cell),
                                              /*from_memo=*/false);
 }
 
 LookupResult Client::Impl::Remember(const v1::Key& key, v1::KeyStatus status) {
-  return Remember(key, std::make_shared<const client_internal::LookupCell>(
-                           std::move(status)));
+  return Remember(std::make_shared<const client_internal::LookupCell>(
+      key, std::move(status)));
 }
 
 namespace {
@@ -255,7 +254,7 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
             "] as the same as keys[", part->first + status.same_as() - 1,
             "], which is not before it"));
       }
-      out->push_back(Remember(keys[part->first + i], cells[i]));
+      out->push_back(Remember(cells[i]));
     }
   }
   return absl::OkStatus();
@@ -313,6 +312,7 @@ const std::string& Client::endpoint() const { return impl_->rpc.endpoint(); }
 absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
+    memoised->PrefetchExecution();
     if (due) impl_->refresher.Request(key);
     return client_internal::ResultAccess::Make(std::move(memoised),
                                                /*from_memo=*/true);
@@ -328,14 +328,14 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
       !s.ok()) {
     return s;
   }
-  return impl_->Remember(
-      key, std::make_shared<const client_internal::LookupCell>(
-               std::move(arena), &request->key(), &response->status()));
+  return impl_->Remember(std::make_shared<const client_internal::LookupCell>(
+      std::move(arena), &request->key(), &response->status()));
 }
 
 LookupResult Client::TryLookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
+    memoised->PrefetchExecution();
     if (due) impl_->refresher.Request(key);
     return client_internal::ResultAccess::Make(std::move(memoised),
                                                /*from_memo=*/true);

@@ -36,9 +36,9 @@ class Client::Impl {
        std::shared_ptr<grpc::Channel> channel,
        client_internal::Rpc::ChannelFactory factory);
 
-  // Memoises a HIT and wraps the status for the caller.
+  // Memoises a HIT (under the cell's key) and wraps the status for the
+  // caller.
   LookupResult Remember(
-      const v1::Key& key,
       std::shared_ptr<const client_internal::LookupCell> cell);
   LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
   // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);

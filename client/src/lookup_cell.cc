@@ -6,19 +6,21 @@ namespace gputune::client_internal {
 
 using google::protobuf::Arena;
 
-LookupCell::LookupCell(v1::KeyStatus status)
+LookupCell::LookupCell(const v1::Key& key, v1::KeyStatus status)
     : state_(status.state()),
       stale_usable_(status.stale_usable()),
+      memo_key_(KeyView::Of(key)),
       arena_(std::make_shared<Arena>()) {
   status_ = Arena::CreateMessage<v1::KeyStatus>(arena_.get());
   *status_ = std::move(status);
-  entry_ = &status_->entry();
+  Publish();
 }
 
 LookupCell::LookupCell(std::shared_ptr<Arena> arena, const v1::Key* key,
                        const v1::LookupStatus* answer)
     : state_(answer->state()),
       stale_usable_(answer->stale_usable()),
+      memo_key_(KeyView::Of(*key)),
       arena_(std::move(arena)),
       key_(key),
       answer_(answer) {}
@@ -45,8 +47,16 @@ void LookupCell::Parse() const {
     status->set_stale_reason(answer_->stale_reason());
     status->set_stale_usable(answer_->stale_usable());
     status_ = status;
-    entry_ = &status->entry();
+    Publish();
   });
+}
+
+void LookupCell::Publish() const {
+  const v1::Entry& entry = status_->entry();
+  hot_[0] = &entry;
+  hot_[1] = &entry.execution();
+  hot_[2] = entry.execution().kernel().data();
+  entry_.store(&entry, std::memory_order_release);
 }
 
 }  // namespace gputune::client_internal

@@ -26,18 +26,13 @@ int64_t Memo::CoarseNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-const Memo::Shard& Memo::ShardFor(const KeyView& v) const {
-  // Numbers only: cheaper than a second full hash, and keys of one role
-  // usually differ in their shape.
-  const uint32_t mix = v.m * 0x9E3779B1u ^ v.k * 0x85EBCA77u ^
-                       v.n * 0xC2B2AE3Du ^
-                       static_cast<uint32_t>(v.name.size()) ^
-                       static_cast<uint32_t>(v.params.size()) * 0x27D4EB2Fu;
-  return shards_[(mix >> 16) % kShards];
+const Memo::Shard& Memo::ShardFor(size_t hash) const {
+  // The top bits: the maps inside a shard use the low ones.
+  return shards_[(static_cast<uint64_t>(hash) >> 60) % kShards];
 }
 
-Memo::Shard& Memo::ShardFor(const KeyView& v) {
-  return const_cast<Shard&>(static_cast<const Memo*>(this)->ShardFor(v));
+Memo::Shard& Memo::ShardFor(size_t hash) {
+  return const_cast<Shard&>(static_cast<const Memo*>(this)->ShardFor(hash));
 }
 
 std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
@@ -45,9 +40,10 @@ std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
   *due = false;
   if (shard_capacity_ == 0) return nullptr;
   const KeyView view = KeyView::Of(key);
-  const Shard& shard = ShardFor(view);
+  const size_t hash = HashKey(view);
+  const Shard& shard = ShardFor(hash);
   SharedReaderLock lock(&shard.mu);
-  auto it = shard.map.find(view);
+  auto it = shard.map.find(view, hash);
   if (it == shard.map.end()) return nullptr;
   if (ttl_ns_ != std::numeric_limits<int64_t>::max()) {
     *due = CoarseNowNs() >= it->second.due_at_ns;
@@ -55,33 +51,35 @@ std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
   return it->second.status;
 }
 
-void Memo::Put(const v1::Key& key,
-               const std::shared_ptr<const LookupCell>& status) {
+void Memo::Put(const std::shared_ptr<const LookupCell>& status) {
   if (shard_capacity_ == 0 || status == nullptr ||
       status->state() != v1::KEY_STATE_HIT) {
     return;
   }
-  const KeyView view = KeyView::Of(key);
+  const MemoKey* key = &status->memo_key();
+  const size_t hash = HashKey(key->View());
   const int64_t due_at = ttl_ns_ == std::numeric_limits<int64_t>::max()
                              ? ttl_ns_
                              : CoarseNowNs() + ttl_ns_;
-  Shard& shard = ShardFor(view);
+  Shard& shard = ShardFor(hash);
   SharedWriterLock lock(&shard.mu);
-  auto it = shard.map.find(view);
+  // The map's key points into the slot's cell: a new cell replaces both.
+  auto it = shard.map.find(key->View(), hash);
   if (it != shard.map.end()) {
-    it->second = Slot{status, due_at};
-    return;
+    shard.map.erase(it);
+  } else if (shard.map.size() >= shard_capacity_) {
+    shard.map.erase(shard.map.begin());
   }
-  if (shard.map.size() >= shard_capacity_) shard.map.erase(shard.map.begin());
-  shard.map.emplace(MemoKey(view), Slot{status, due_at});
+  shard.map.emplace(key, Slot{status, due_at});
 }
 
 void Memo::Erase(const v1::Key& key) {
   if (shard_capacity_ == 0) return;
   const KeyView view = KeyView::Of(key);
-  Shard& shard = ShardFor(view);
+  const size_t hash = HashKey(view);
+  Shard& shard = ShardFor(hash);
   SharedWriterLock lock(&shard.mu);
-  auto it = shard.map.find(view);
+  auto it = shard.map.find(view, hash);
   if (it != shard.map.end()) shard.map.erase(it);
 }
 

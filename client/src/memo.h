@@ -74,8 +74,9 @@ class Memo {
   // The memoised status of `key`, or null. `*due` is set when the entry is
   // older than ttl (the caller should re-check it in the background).
   std::shared_ptr<const LookupCell> Find(const v1::Key& key, bool* due) const;
-  // Memoises a HIT (anything else is ignored), replacing what was there.
-  void Put(const v1::Key& key, const std::shared_ptr<const LookupCell>& status);
+  // Memoises a HIT under its cell's key (anything else is ignored),
+  // replacing what was there.
+  void Put(const std::shared_ptr<const LookupCell>& status);
   void Erase(const v1::Key& key);
   void Clear();
   size_t size() const;
@@ -87,17 +88,19 @@ class Memo {
     std::shared_ptr<const LookupCell> status;
     int64_t due_at_ns;  // CoarseNowNs() after which the entry is re-checked
   };
+  // Keyed by the cell's own MemoKey (status->memo_key()): 32-byte slots.
   struct Shard {
     mutable SharedMutex mu;
-    absl::flat_hash_map<MemoKey, Slot, MemoKeyHash, MemoKeyEq> map
+    absl::flat_hash_map<const MemoKey*, Slot, MemoKeyHash, MemoKeyEq> map
         ABSL_GUARDED_BY(mu);
   };
 
   // A monotonic clock at a few milliseconds' resolution, for the ttl check
   // on the hot path (CLOCK_MONOTONIC_COARSE: a few ns through the vDSO).
   static int64_t CoarseNowNs();
-  const Shard& ShardFor(const KeyView& v) const;
-  Shard& ShardFor(const KeyView& v);
+  // The shard of a key with HashKey() `hash`.
+  const Shard& ShardFor(size_t hash) const;
+  Shard& ShardFor(size_t hash);
 
   // Constant after construction.
   const size_t shard_capacity_;

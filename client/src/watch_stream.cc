@@ -59,8 +59,8 @@ class WatchStreamImpl final
     if (!ok) return;  // the stream ended: OnDone follows
     const v1::KeyStatus& status = response_.status();
     if (status.state() == v1::KEY_STATE_HIT) {
-      client_->memo.Put(request_.key(),
-                        std::make_shared<const LookupCell>(status));
+      client_->memo.Put(
+          std::make_shared<const LookupCell>(request_.key(), status));
     }
     {
       absl::MutexLock lock(&mu_);

@@ -1,7 +1,9 @@
 #include "client/src/memo.h"
 
+#include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "google/protobuf/arena.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
@@ -11,17 +13,17 @@ namespace {
 
 using gputune::testing::DenseKey;
 
-std::shared_ptr<const LookupCell> Status(v1::KeyState state,
+std::shared_ptr<const LookupCell> Status(const v1::Key& key, v1::KeyState state,
                                          const std::string& kernel) {
   v1::KeyStatus s;
   s.set_state(state);
   s.mutable_entry()->mutable_execution()->set_kernel(kernel);
-  return std::make_shared<const LookupCell>(std::move(s));
+  return std::make_shared<const LookupCell>(key, std::move(s));
 }
 
 TEST_CASE("the memo keeps HITs and finds them by every key field") {
   Memo memo(100, absl::InfiniteDuration());
-  memo.Put(DenseKey(1, 256, 512), Status(v1::KEY_STATE_HIT, "a"));
+  memo.Put(Status(DenseKey(1, 256, 512), v1::KEY_STATE_HIT, "a"));
   bool due = true;
   auto found = memo.Find(DenseKey(1, 256, 512), &due);
   REQUIRE(found != nullptr);
@@ -37,11 +39,50 @@ TEST_CASE("the memo keeps HITs and finds them by every key field") {
   REQUIRE(memo.Find(prefill, &due) == nullptr);
 }
 
+TEST_CASE("a new HIT for a memoised key replaces the old one") {
+  Memo memo(100, absl::InfiniteDuration());
+  memo.Put(Status(DenseKey(3), v1::KEY_STATE_HIT, "old"));
+  memo.Put(Status(DenseKey(3), v1::KEY_STATE_HIT, "new"));
+  REQUIRE(memo.size() == 1);
+  bool due = false;
+  auto found = memo.Find(DenseKey(3), &due);
+  REQUIRE(found != nullptr);
+  CHECK(found->entry().execution().kernel() == "new");
+  found->PrefetchExecution();  // parsed already: loads, changes nothing
+  CHECK(found->entry().execution().kernel() == "new");
+}
+
+TEST_CASE("the memo's hash spreads keys that differ in any one field") {
+  // Shapes, roles and custom params as an inference server has them: a
+  // poor hash (one that drops a field or a string's tail) collides here.
+  absl::flat_hash_set<size_t> hashes;
+  size_t keys = 0;
+  const std::string long_params = "batch=8,heads=32,seq=4096,window=";
+  for (uint32_t m = 1; m <= 64; ++m) {
+    for (const char* role : {"attn.qkv", "attn.out", "mlp.up", "x"}) {
+      for (int phase : {1, 2}) {
+        v1::Key key = DenseKey(m, 1024, 4096, "cs1", role);
+        key.mutable_dense_bf16()->set_phase(static_cast<v1::Phase>(phase));
+        hashes.insert(HashKey(KeyView::Of(key)));
+        ++keys;
+      }
+    }
+    v1::Key custom;
+    custom.mutable_custom()->set_op("attn");
+    custom.mutable_custom()->set_params(long_params + std::to_string(m));
+    hashes.insert(HashKey(KeyView::Of(custom)));
+    custom.set_candidate_set("cs" + std::to_string(m));
+    hashes.insert(HashKey(KeyView::Of(custom)));
+    keys += 2;
+  }
+  CHECK(hashes.size() == keys);
+}
+
 TEST_CASE("the memo ignores anything but a HIT") {
   Memo memo(100, absl::InfiniteDuration());
   for (v1::KeyState s : {v1::KEY_STATE_MISS, v1::KEY_STATE_PENDING,
                          v1::KEY_STATE_STALE, v1::KEY_STATE_BACKOFF}) {
-    memo.Put(DenseKey(1), Status(s, "x"));
+    memo.Put(Status(DenseKey(1), s, "x"));
   }
   REQUIRE(memo.size() == 0);
 }
@@ -54,7 +95,7 @@ TEST_CASE("custom keys differ by op and params") {
   a.set_candidate_set("v1");
   v1::Key b = a;
   b.mutable_custom()->set_params("b=2");
-  memo.Put(a, Status(v1::KEY_STATE_HIT, "a"));
+  memo.Put(Status(a, v1::KEY_STATE_HIT, "a"));
   bool due = false;
   REQUIRE(memo.Find(a, &due) != nullptr);
   REQUIRE(memo.Find(b, &due) == nullptr);
@@ -63,13 +104,13 @@ TEST_CASE("custom keys differ by op and params") {
 TEST_CASE("a full memo makes room; capacity 0 disables it") {
   Memo memo(32, absl::InfiniteDuration());
   for (uint32_t m = 1; m <= 1000; ++m) {
-    memo.Put(DenseKey(m), Status(v1::KEY_STATE_HIT, "k"));
+    memo.Put(Status(DenseKey(m), v1::KEY_STATE_HIT, "k"));
   }
   REQUIRE(memo.size() <= 32);
   REQUIRE(memo.size() > 0);
 
   Memo off(0, absl::InfiniteDuration());
-  off.Put(DenseKey(1), Status(v1::KEY_STATE_HIT, "k"));
+  off.Put(Status(DenseKey(1), v1::KEY_STATE_HIT, "k"));
   bool due = false;
   REQUIRE(off.Find(DenseKey(1), &due) == nullptr);
   REQUIRE_FALSE(off.enabled());
@@ -77,7 +118,7 @@ TEST_CASE("a full memo makes room; capacity 0 disables it") {
 
 TEST_CASE("a memoised entry older than the ttl is due, and still served") {
   Memo memo(100, absl::Milliseconds(50));
-  memo.Put(DenseKey(1), Status(v1::KEY_STATE_HIT, "k"));
+  memo.Put(Status(DenseKey(1), v1::KEY_STATE_HIT, "k"));
   bool due = true;
   REQUIRE(memo.Find(DenseKey(1), &due) != nullptr);
   REQUIRE_FALSE(due);
