@@ -62,7 +62,7 @@ grpc::ServerUnaryReactor* OnStore(SerialExecutor* executor,
   if (call->answered()) return call;                                    \
   const v1::Request* request = &call->request();                        \
   v1::Response* response = call->response();                            \
-  (void)response
+  (void)request, (void)response
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
