@@ -538,6 +538,63 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Backup to a full disk fails loudly, keeps no file, and gputunectl "
+    "backup exits non-zero") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  v1::ImportEntriesRequest import;
+  for (uint32_t m = 1; m <= 50; ++m) {
+    v1::Entry* e = import.add_entries();
+    *e->mutable_key() = DenseKey(m);
+    e->mutable_execution()->set_kernel("k");
+    e->mutable_execution()->set_data(std::string(8000, 'd'));
+  }
+  v1::ImportEntriesResponse imported;
+  REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
+  REQUIRE(d.Terminate() == 0);  // checkpointed into the database file
+  // A full disk, as the file-size limit makes it for the daemon (EFBIG, not
+  // SIGXFSZ): no file it writes grows past 128 KiB, and a copy of the
+  // database (over 400 KB) cannot be written.
+  constexpr rlim_t kLimit = 128 * 1024;
+  REQUIRE(std::filesystem::file_size(d.db_path()) > 3 * kLimit);
+  d.child_setup() = [] {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{kLimit, kLimit};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  };
+  d.Start();
+  stub = d.Stub();
+  CHECK(LookupState(*stub, DenseKey(7)) == v1::KEY_STATE_HIT);
+  const std::string copy = d.dir() + "/copy.db";
+  v1::BackupRequest req;
+  req.set_path(copy);
+  v1::BackupResponse resp;
+  const grpc::Status s = d.AdminStub()->Backup(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(s.error_message().find("nothing was kept") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(copy));
+  std::string out;
+  const std::string by_cli = d.dir() + "/cli.db";
+  const int code = RunProgram(
+      GPUTUNECTL_PATH, {"--endpoint=" + d.endpoint(), "backup", by_cli}, &out);
+  INFO(out);
+  CHECK(code != 0);
+  CHECK(out.find("backed up") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(by_cli));
+  // Lookups go on, and with room again the same backup works.
+  CHECK(LookupState(*stub, DenseKey(8)) == v1::KEY_STATE_HIT);
+  REQUIRE(d.Terminate() == 0);
+  d.child_setup() = {};
+  d.Start();
+  CHECK(RunProgram(GPUTUNECTL_PATH,
+                   {"--endpoint=" + d.endpoint(), "backup", by_cli},
+                   &out) == 0);
+  CHECK(out.find("backed up") != std::string::npos);
+  Sql(by_cli, "SELECT key_id FROM entries");
+}
+
+TEST_CASE(
     "a request that does not parse is INVALID_ARGUMENT saying so, for every "
     "method") {
   DaemonProcess d({"--backend=none"});

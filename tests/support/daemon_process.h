@@ -59,6 +59,8 @@ class DaemonProcess {
 
   // Extra flags for the next Start() (e.g. to change the backend).
   std::vector<std::string>& flags() { return flags_; }
+  // What runs in the child before exec at the next Start() (e.g. setrlimit).
+  std::function<void()>& child_setup() { return child_setup_; }
 
  private:
   std::string dir_;
