@@ -91,6 +91,25 @@ void RecordKey(v1::TuneService::Stub& stub, const v1::Key& key,
   REQUIRE(s.ok());
 }
 
+// Imports entries for DenseKey(1..count), each with `data_bytes` of data,
+// 50 to a request.
+void ImportKeys(v1::TuneService::Stub& stub, uint32_t count,
+                size_t data_bytes) {
+  for (uint32_t first = 1; first <= count; first += 50) {
+    v1::ImportEntriesRequest import;
+    for (uint32_t m = first; m < first + 50 && m <= count; ++m) {
+      v1::Entry* e = import.add_entries();
+      *e->mutable_key() = DenseKey(m);
+      e->mutable_execution()->set_kernel("k");
+      e->mutable_execution()->set_data(std::string(data_bytes, 'd'));
+    }
+    v1::ImportEntriesResponse imported;
+    const grpc::Status s = stub.ImportEntries(Ctx().get(), import, &imported);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+  }
+}
+
 v1::KeyState LookupState(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::LookupRequest req;
   *req.mutable_key() = key;
@@ -400,15 +419,7 @@ TEST_CASE(
     "export fails loudly, leaving no file, when it cannot write everything") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::ImportEntriesRequest import;
-  for (uint32_t m = 1; m <= 50; ++m) {
-    v1::Entry* e = import.add_entries();
-    *e->mutable_key() = DenseKey(m);
-    e->mutable_execution()->set_kernel("k");
-    e->mutable_execution()->set_data(std::string(4000, 'd'));
-  }
-  v1::ImportEntriesResponse imported;
-  REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
+  ImportKeys(*stub, 50, 4000);
   const std::string file = d.dir() + "/export.jsonl";
   std::string out;
   // A full disk, as the file-size limit makes it (EFBIG, not SIGXFSZ).
@@ -438,19 +449,9 @@ TEST_CASE(
   // 700 HIT keys whose entries carry the largest data: a BatchLookup of all
   // of them answers about 45 MiB, within the answer bound (48 MiB).
   constexpr uint32_t kKeys = 700;
+  ImportKeys(*stub, kKeys, 64 * 1024);
   v1::BatchLookupRequest batch;
-  for (uint32_t first = 1; first <= kKeys; first += 50) {
-    v1::ImportEntriesRequest import;
-    for (uint32_t m = first; m < first + 50 && m <= kKeys; ++m) {
-      v1::Entry* e = import.add_entries();
-      *e->mutable_key() = DenseKey(m);
-      e->mutable_execution()->set_kernel("k");
-      e->mutable_execution()->set_data(std::string(64 * 1024, 'd'));
-      *batch.add_keys() = DenseKey(m);
-    }
-    v1::ImportEntriesResponse imported;
-    REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
-  }
+  for (uint32_t m = 1; m <= kKeys; ++m) *batch.add_keys() = DenseKey(m);
   // A reader as the client library is: it takes answers up to 64 MiB.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -538,19 +539,61 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "on a full disk Record and ImportEntries are RESOURCE_EXHAUSTED, lookups "
+    "go on, and what was acknowledged stays") {
+  DaemonProcess d({"--backend=none"});
+  ImportKeys(*d.Stub(), 50, 8000);
+  REQUIRE(d.Terminate() == 0);
+  // As the soak makes a full disk: no file the daemon writes grows past
+  // 256 KiB (EFBIG), the database (over 400 KB) is read as before.
+  d.child_setup() = [] {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{256 * 1024, 256 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  };
+  d.Start();
+  auto stub = d.Stub();
+  std::vector<uint32_t> acked;
+  int refused = 0;
+  for (uint32_t m = 1000; m < 1100; ++m) {
+    v1::RecordRequest record;
+    record.set_claim_id(ClaimId(*stub, DenseKey(m)));
+    record.mutable_execution()->set_kernel("k");
+    v1::RecordResponse recorded;
+    grpc::Status s = stub->Record(Ctx().get(), record, &recorded);
+    INFO(s.error_message());
+    if (s.ok()) {
+      acked.push_back(m);
+    } else {
+      ++refused;
+      CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    }
+    v1::ImportEntriesRequest import;
+    v1::Entry* e = import.add_entries();
+    *e->mutable_key() = DenseKey(m + 1000);
+    e->mutable_execution()->set_kernel("k");
+    v1::ImportEntriesResponse imported;
+    s = stub->ImportEntries(Ctx().get(), import, &imported);
+    CHECK((s.ok() || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
+  }
+  CHECK(refused > 50);
+  CHECK(LookupState(*stub, DenseKey(7)) == v1::KEY_STATE_HIT);
+  Status(*stub);
+  REQUIRE(d.Terminate() == 0);
+  d.child_setup() = {};
+  d.Start();
+  stub = d.Stub();
+  for (uint32_t m : acked) {
+    CHECK(LookupState(*stub, DenseKey(m)) == v1::KEY_STATE_HIT);
+  }
+}
+
+TEST_CASE(
     "Backup to a full disk fails loudly, keeps no file, and gputunectl "
     "backup exits non-zero") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::ImportEntriesRequest import;
-  for (uint32_t m = 1; m <= 50; ++m) {
-    v1::Entry* e = import.add_entries();
-    *e->mutable_key() = DenseKey(m);
-    e->mutable_execution()->set_kernel("k");
-    e->mutable_execution()->set_data(std::string(8000, 'd'));
-  }
-  v1::ImportEntriesResponse imported;
-  REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
+  ImportKeys(*stub, 50, 8000);
   REQUIRE(d.Terminate() == 0);  // checkpointed into the database file
   // A full disk, as the file-size limit makes it for the daemon (EFBIG, not
   // SIGXFSZ): no file it writes grows past 128 KiB, and a copy of the
