@@ -13,8 +13,8 @@
 //   grpc::ServerUnaryReactor* Svc::Claim(grpc::CallbackServerContext* ctx,
 //                                        const grpc::ByteBuffer* in,
 //                                        grpc::ByteBuffer* out) {
-//     auto* call = ParseCall<v1::ClaimRequest, v1::ClaimResponse>(ctx, in,
-//                                                                 out);
+//     auto* call = ParseCall<v1::ClaimRequest, v1::ClaimResponse>(
+//         ctx, in, out, &answer_budget);  // or null: answers not counted
 //     if (call->answered()) return call;
 //     ... call->request(), call->response() ...
 //     call->Reply(status);  // from any thread, once
@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/answer_budget.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/callback_common.h"
@@ -79,8 +80,11 @@ grpc::Status SerializeTo(const Message& message, grpc::ByteBuffer* out) {
 template <typename Request, typename Response>
 class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
-  UnaryCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out)
-      : ctx_(ctx), out_(out) {}
+  // `budget` (may be null: not counted) bounds the memory of answers in
+  // flight (daemon/answer_budget.h).
+  UnaryCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out,
+            AnswerBudget* budget)
+      : ctx_(ctx), out_(out), budget_(budget) {}
 
   grpc::CallbackServerContext* context() const { return ctx_; }
   const Request& request() const { return request_; }
@@ -99,14 +103,23 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
                           std::string(status.message())));
       return;
     }
-    Finish(SerializeTo(response_, out_));
+    grpc::Status serialized = SerializeTo(response_, out_);
+    if (serialized.ok() && budget_ != nullptr) {
+      serialized = budget_->Admit(out_, &reserved_);
+    }
+    Finish(serialized);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (budget_ != nullptr) budget_->Release(reserved_);
+    delete this;
+  }
 
  private:
   grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer* const out_;
+  AnswerBudget* const budget_;
+  size_t reserved_ = 0;  // of budget_, for the answer in flight
   Request request_;
   Response response_;
   bool answered_ = false;
@@ -114,11 +127,13 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
 // A call for the raw request `in`: parsed, or already answered
 // INVALID_ARGUMENT when it does not parse. gRPC owns the returned reactor.
+// `budget` as for UnaryCall.
 template <typename Request, typename Response>
 UnaryCall<Request, Response>* ParseCall(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* in,
-                                        grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall<Request, Response>(ctx, out);
+                                        grpc::ByteBuffer* out,
+                                        AnswerBudget* budget) {
+  auto* call = new UnaryCall<Request, Response>(ctx, out, budget);
   if (!ParseRequest(*in, call->mutable_request())) {
     call->Reply(NotParsed<Request>());
   }

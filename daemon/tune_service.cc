@@ -56,56 +56,95 @@ grpc::ServerUnaryReactor* OnStore(SerialExecutor* executor,
 
 // The opening of every parsed method: the call, or the answer to a request
 // that did not parse.
-#define GPUTUNE_PARSE(Request, Response)                                \
-  auto* call = ParseCall<v1::Request, v1::Response>(ctx, request_bytes, \
-                                                    response_bytes);    \
-  if (call->answered()) return call;                                    \
-  const v1::Request* request = &call->request();                        \
-  v1::Response* response = call->response();                            \
+#define GPUTUNE_PARSE(Request, Response)                    \
+  auto* call = ParseCall<v1::Request, v1::Response>(        \
+      ctx, request_bytes, response_bytes, answer_budget()); \
+  if (call->answered()) return call;                        \
+  const v1::Request* request = &call->request();            \
+  v1::Response* response = call->response();                \
   (void)request, (void)response
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-// Finishes a raw method's call with `message`, serialized by protobuf.
+// A unary call's reactor that gives back the answer's reservation of `budget`
+// when the call is done.
+class CountedAnswer final : public grpc::ServerUnaryReactor {
+ public:
+  CountedAnswer(AnswerBudget* budget, size_t reserved)
+      : budget_(budget), reserved_(reserved) {}
+  void OnDone() override {
+    budget_->Release(reserved_);
+    delete this;
+  }
+
+ private:
+  AnswerBudget* const budget_;
+  const size_t reserved_;
+};
+
+// Finishes a raw method's call with `message`, serialized by protobuf, if it
+// fits `budget` (daemon/answer_budget.h), where `reserved` bytes are already
+// held for it; an answer too small to count takes the context's default
+// reactor (nothing allocated).
 template <typename Message>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
-                                 const Message& message,
-                                 grpc::ByteBuffer* out) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(SerializeTo(message, out));
+                                 const Message& message, grpc::ByteBuffer* out,
+                                 AnswerBudget* budget, size_t reserved = 0) {
+  grpc::Status status = SerializeTo(message, out);
+  if (status.ok()) {
+    status = budget->Admit(out, &reserved);
+  } else {
+    budget->Release(reserved);
+    reserved = 0;
+  }
+  grpc::ServerUnaryReactor* reactor = reserved > 0
+                                          ? new CountedAnswer(budget, reserved)
+                                          : ctx->DefaultReactor();
+  reactor->Finish(status);
   return reactor;
 }
 
-// A Found as the answers of Lookup and BatchLookup carry it; returns about
-// how many bytes it takes.
-size_t ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
-  out->set_state(found.state);
+// About how many bytes a Found takes in the answers of Lookup and
+// BatchLookup.
+size_t LookupStatusSize(const Arbiter::Found& found) {
   size_t size = 8;
-  if (found.entry) {
-    out->set_entry(*found.entry);
-    size += found.entry->size();
-  }
+  if (found.entry) size += found.entry->size();
   switch (found.state) {
     case v1::KEY_STATE_PENDING:
       size += found.claim->holder().size() + 32;
-      *out->mutable_claim() = std::move(*found.claim);
       break;
     case v1::KEY_STATE_BACKOFF:
-      *out->mutable_retry_after() = ToProto(found.retry_after);
       size += 16;
       break;
     default:
       break;
   }
   // STALE, and a stale-but-usable entry in PENDING and BACKOFF.
+  if (!found.stale_reason.empty()) size += found.stale_reason.size() + 2;
+  return size;
+}
+
+// A Found as the answers of Lookup and BatchLookup carry it.
+void ToLookupStatus(Arbiter::Found found, v1::LookupStatus* out) {
+  out->set_state(found.state);
+  if (found.entry) out->set_entry(*found.entry);
+  switch (found.state) {
+    case v1::KEY_STATE_PENDING:
+      *out->mutable_claim() = std::move(*found.claim);
+      break;
+    case v1::KEY_STATE_BACKOFF:
+      *out->mutable_retry_after() = ToProto(found.retry_after);
+      break;
+    default:
+      break;
+  }
+  // STALE, and a stale-but-usable entry in PENDING and BACKOFF.
   if (!found.stale_reason.empty()) {
-    size += found.stale_reason.size() + 2;
     out->set_stale_reason(std::move(found.stale_reason));
     out->set_stale_usable(found.stale_usable);
   }
-  return size;
 }
 
 absl::Status ValidateTtl(const google::protobuf::Duration& ttl) {
@@ -287,7 +326,7 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Lookup(
       google::protobuf::Arena::CreateMessage<v1::LookupResponse>(&arena);
   ToLookupStatus(arbiter_->Find(request->key()), response->mutable_status());
   if (metrics_ != nullptr) metrics_->KeyLookedUp(response->status().state());
-  return Answer(ctx, *response, response_bytes);
+  return Answer(ctx, *response, response_bytes, &answer_budget_);
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
@@ -326,18 +365,10 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
     }
   }
   std::vector<Arbiter::Found> found = arbiter_->Find(distinct);
-  auto* response =
-      google::protobuf::Arena::CreateMessage<v1::BatchLookupResponse>(&arena);
-  response->mutable_statuses()->Reserve(static_cast<int>(count));
+  // The answer's size first: one too large is refused before it is built.
   size_t size = 0;
   for (size_t i = 0, next = 0; i < count; ++i) {
-    v1::LookupStatus* status = response->add_statuses();
-    if (same_as[i] != 0) {
-      status->set_same_as(same_as[i]);
-      size += 8;
-    } else {
-      size += ToLookupStatus(std::move(found[next++]), status);
-    }
+    size += same_as[i] != 0 ? 8 : LookupStatusSize(found[next++]);
     if (size > kMaxBatchAnswerBytes) {
       // Keys [0, i) fit.
       return Done(ctx, absl::ResourceExhaustedError(absl::StrCat(
@@ -348,11 +379,28 @@ grpc::ServerUnaryReactor* TuneServiceImpl::BatchLookup(
                            std::max<size_t>(i, 1), " keys")));
     }
   }
+  size_t reserved = 0;
+  if (!answer_budget_.Reserve(size, &reserved)) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(answer_budget_.Exhausted(size));
+    return reactor;
+  }
+  auto* response =
+      google::protobuf::Arena::CreateMessage<v1::BatchLookupResponse>(&arena);
+  response->mutable_statuses()->Reserve(static_cast<int>(count));
+  for (size_t i = 0, next = 0; i < count; ++i) {
+    v1::LookupStatus* status = response->add_statuses();
+    if (same_as[i] != 0) {
+      status->set_same_as(same_as[i]);
+    } else {
+      ToLookupStatus(std::move(found[next++]), status);
+    }
+  }
   if (metrics_ != nullptr) {
     // Each distinct key once (moving a Found leaves its state).
     for (const Arbiter::Found& f : found) metrics_->KeyLookedUp(f.state);
   }
-  return Answer(ctx, *response, response_bytes);
+  return Answer(ctx, *response, response_bytes, &answer_budget_, reserved);
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Claim(

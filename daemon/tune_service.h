@@ -16,6 +16,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/answer_budget.h"
 #include "daemon/arbiter.h"
 #include "daemon/authority.h"
 #include "daemon/clock.h"
@@ -55,11 +56,14 @@ inline constexpr size_t kMaxBatchAnswerBytes = size_t{48} << 20;
 // message.
 inline constexpr absl::string_view kKeyIndexTrailer = "gputune-key-index";
 // The server's ResourceQuota: the budget gRPC accounts the memory of its
-// connections and calls in flight against (buffers of requests being read
-// and answers being sent); under pressure it shrinks its read buffers and
-// holds off new work, so many large answers to askers that do not read them
-// cannot grow the daemon without bound.
+// connections and calls against (call arenas, buffers of requests being
+// read); under pressure it shrinks its read buffers and holds off new work.
+// It does not account answers being sent: kAnswerMemoryBytes bounds those.
 inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
+// The unary answers of 64 KiB or more that the daemon holds for askers that
+// have not yet read them, at most (daemon/answer_budget.h): beyond it a call
+// is answered RESOURCE_EXHAUSTED instead.
+inline constexpr size_t kAnswerMemoryBytes = size_t{256} << 20;
 
 // Every method is raw and parses its request with protobuf itself (on an
 // arena for Lookup and BatchLookup; daemon/parsed_call.h for the others):
@@ -167,6 +171,8 @@ class TuneServiceImpl final : public TuneServiceBase {
   DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
   FleetHooks* fleet_ = nullptr;       // set before serving; may stay null
   const Revalidator* revalidator_ = nullptr;  // likewise
+  AnswerBudget answer_budget_{kAnswerMemoryBytes};
+  AnswerBudget* answer_budget() { return &answer_budget_; }
 };
 
 class AdminServiceImpl final : public AdminServiceBase {
@@ -192,6 +198,8 @@ class AdminServiceImpl final : public AdminServiceBase {
   SerialExecutor* const store_executor_;
   const Authority* const authority_;
   const DaemonMetrics* metrics_ = nullptr;  // set before serving
+  // Its answers are small: not counted.
+  AnswerBudget* answer_budget() { return nullptr; }
 };
 
 }  // namespace gputune

@@ -11,6 +11,44 @@
 
 namespace gputune::storage {
 
+namespace {
+
+// Whether errno value `error` means the disk (or a quota, or a file-size
+// limit) has no room.
+bool NoRoom(int error) {
+  return error == ENOSPC || error == EDQUOT || error == EFBIG;
+}
+
+// The errno of the I/O error behind a SQLITE_IOERR on `db`.
+// sqlite3_system_errno reports errno as it was when SQLite finished the
+// statement, which its clean-up after a failed write may have changed (a
+// COMMIT that failed for EFBIG reported 0); the files themselves keep the
+// errno of their last failed call (SQLITE_FCNTL_LAST_ERRNO), so the
+// database's and its WAL's (or journal's) are asked too.
+int IoErrno(sqlite3* db) {
+  if (db == nullptr) return 0;
+  const int error = sqlite3_system_errno(db);
+  if (NoRoom(error)) return error;
+  int last = 0;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &last) ==
+          SQLITE_OK &&
+      NoRoom(last)) {
+    return last;
+  }
+  sqlite3_file* journal = nullptr;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+                           &journal) == SQLITE_OK &&
+      journal != nullptr && journal->pMethods != nullptr &&
+      journal->pMethods->xFileControl(journal, SQLITE_FCNTL_LAST_ERRNO,
+                                      &last) == SQLITE_OK &&
+      NoRoom(last)) {
+    return last;
+  }
+  return error;
+}
+
+}  // namespace
+
 absl::Status SqliteError(int code, absl::string_view what, sqlite3* db) {
   const std::string msg =
       absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : sqlite3_errstr(code));
@@ -26,8 +64,8 @@ absl::Status SqliteError(int code, absl::string_view what, sqlite3* db) {
     case SQLITE_IOERR: {
       // A write refused for space (ENOSPC, a quota, a file-size limit) is a
       // full disk, not a fault of the daemon.
-      const int error = db ? sqlite3_system_errno(db) : 0;
-      if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
+      const int error = IoErrno(db);
+      if (NoRoom(error)) {
         return absl::ResourceExhaustedError(
             absl::StrCat(msg, " (", std::strerror(error),
                          "): free disk space for the database"));

@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -35,6 +37,7 @@ namespace {
 
 using testing::DaemonProcess;
 using testing::DenseKey;
+using testing::RssKiB;
 using testing::RunProgram;
 
 std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 10) {
@@ -88,6 +91,25 @@ void RecordKey(v1::TuneService::Stub& stub, const v1::Key& key,
   REQUIRE(s.ok());
 }
 
+// Imports entries for DenseKey(1..count), each with `data_bytes` of data,
+// 50 to a request.
+void ImportKeys(v1::TuneService::Stub& stub, uint32_t count,
+                size_t data_bytes) {
+  for (uint32_t first = 1; first <= count; first += 50) {
+    v1::ImportEntriesRequest import;
+    for (uint32_t m = first; m < first + 50 && m <= count; ++m) {
+      v1::Entry* e = import.add_entries();
+      *e->mutable_key() = DenseKey(m);
+      e->mutable_execution()->set_kernel("k");
+      e->mutable_execution()->set_data(std::string(data_bytes, 'd'));
+    }
+    v1::ImportEntriesResponse imported;
+    const grpc::Status s = stub.ImportEntries(Ctx().get(), import, &imported);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+  }
+}
+
 v1::KeyState LookupState(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::LookupRequest req;
   *req.mutable_key() = key;
@@ -133,6 +155,73 @@ int ConnectUnix(const std::string& path) {
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
+  }
+  return fd;
+}
+
+// An HTTP/2 client written by hand: on a unix connection of its own it sends
+// one gRPC call of `method` with the serialized `request` and never reads.
+// It grants no flow-control window beyond HTTP/2's initial 64 KiB, so the
+// answer stays with the daemon, as with an asker that stopped reading.
+// Returns the descriptor (closing it cancels the call), or -1.
+int SendAndNeverRead(const std::string& socket_path, const std::string& method,
+                     const std::string& request) {
+  // Within the daemon's initial connection window, in one stream.
+  REQUIRE(request.size() + 5 < 65535);
+  std::string out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  auto frame = [&out](uint8_t type, uint8_t flags, uint32_t stream,
+                      const std::string& payload) {
+    const uint32_t n = static_cast<uint32_t>(payload.size());
+    const char header[9] = {static_cast<char>(n >> 16),
+                            static_cast<char>(n >> 8),
+                            static_cast<char>(n),
+                            static_cast<char>(type),
+                            static_cast<char>(flags),
+                            static_cast<char>(stream >> 24),
+                            static_cast<char>(stream >> 16),
+                            static_cast<char>(stream >> 8),
+                            static_cast<char>(stream)};
+    out.append(header, sizeof(header));
+    out += payload;
+  };
+  frame(0x4, 0, 0, "");    // SETTINGS: the defaults
+  frame(0x4, 0x1, 0, "");  // ACK of the daemon's, which it sends first
+  std::string headers;     // HPACK literals without indexing, new names
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {":method", "POST"},
+           {":scheme", "http"},
+           {":path", method},
+           {":authority", "localhost"},
+           {"content-type", "application/grpc"},
+           {"te", "trailers"}}) {
+    REQUIRE(name.size() < 127);
+    REQUIRE(value.size() < 127);
+    headers += '\0';
+    headers += static_cast<char>(name.size());
+    headers += name;
+    headers += static_cast<char>(value.size());
+    headers += value;
+  }
+  frame(0x1, 0x4, 1, headers);  // HEADERS, END_HEADERS, stream 1
+  const uint32_t n = static_cast<uint32_t>(request.size());
+  std::string message = {0, static_cast<char>(n >> 24),
+                         static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                         static_cast<char>(n)};
+  message += request;
+  for (size_t at = 0; at < message.size(); at += 16384) {
+    const bool last = at + 16384 >= message.size();
+    frame(0x0, last ? 0x1 : 0, 1, message.substr(at, 16384));  // DATA
+  }
+  const int fd = ConnectUnix(socket_path);
+  if (fd < 0) return -1;
+  for (size_t at = 0; at < out.size();) {
+    const ssize_t w = write(fd, out.data() + at, out.size() - at);
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    at += static_cast<size_t>(w);
   }
   return fd;
 }
@@ -330,15 +419,7 @@ TEST_CASE(
     "export fails loudly, leaving no file, when it cannot write everything") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::ImportEntriesRequest import;
-  for (uint32_t m = 1; m <= 50; ++m) {
-    v1::Entry* e = import.add_entries();
-    *e->mutable_key() = DenseKey(m);
-    e->mutable_execution()->set_kernel("k");
-    e->mutable_execution()->set_data(std::string(4000, 'd'));
-  }
-  v1::ImportEntriesResponse imported;
-  REQUIRE(stub->ImportEntries(Ctx().get(), import, &imported).ok());
+  ImportKeys(*stub, 50, 4000);
   const std::string file = d.dir() + "/export.jsonl";
   std::string out;
   // A full disk, as the file-size limit makes it (EFBIG, not SIGXFSZ).
@@ -358,6 +439,75 @@ TEST_CASE(
   CHECK(RunProgram(GPUTUNECTL_PATH,
                    {"--endpoint=" + d.endpoint(), "export", file}, &out) == 0);
   CHECK(out.find("exported 50 entries") != std::string::npos);
+}
+
+TEST_CASE(
+    "askers that never read large answers do not grow the daemon past a "
+    "bound, and it goes on answering") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  // 700 HIT keys whose entries carry the largest data: a BatchLookup of all
+  // of them answers about 45 MiB, within the answer bound (48 MiB).
+  constexpr uint32_t kKeys = 700;
+  ImportKeys(*stub, kKeys, 64 * 1024);
+  v1::BatchLookupRequest batch;
+  for (uint32_t m = 1; m <= kKeys; ++m) *batch.add_keys() = DenseKey(m);
+  // A reader as the client library is: it takes answers up to 64 MiB.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto reader = v1::TuneService::NewStub(grpc::CreateCustomChannel(
+      d.endpoint(), grpc::InsecureChannelCredentials(), args));
+  auto batch_lookup = [&] {
+    v1::BatchLookupResponse resp;
+    const grpc::Status s = reader->BatchLookup(Ctx(30).get(), batch, &resp);
+    INFO(s.error_message());
+    if (s.ok()) CHECK(resp.ByteSizeLong() > size_t{40} << 20);
+    return s;
+  };
+  REQUIRE(batch_lookup().ok());  // read: whole, and it fits
+  const std::string request = batch.SerializeAsString();
+  const int64_t before = RssKiB(d.pid());
+  REQUIRE(before > 0);
+  // Unbounded (before the answer budget), these 24 took gputuned from 117 to
+  // 1,304 MiB.
+  constexpr int kCalls = 24;
+  std::vector<int> fds;
+  for (int i = 0; i < kCalls; ++i) {
+    const int fd = SendAndNeverRead(
+        d.socket_path(), "/gputune.v1.TuneService/BatchLookup", request);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+  }
+  int64_t peak = before;
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peak = std::max(peak, RssKiB(d.pid()));
+  }
+  // While they are pending: small calls are answered, a reader's large
+  // answer waits for room (RESOURCE_EXHAUSTED).
+  Status(*stub);
+  CHECK(LookupState(*stub, DenseKey(1)) == v1::KEY_STATE_HIT);
+  const grpc::Status held = batch_lookup();
+  INFO(held.error_message());
+  CHECK(held.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  peak = std::max(peak, RssKiB(d.pid()));
+  std::printf(
+      "RSS of gputuned with %d unread BatchLookups of %zu keys pending: "
+      "%lld KiB before, %lld KiB at most while pending (+%lld KiB)\n",
+      kCalls, static_cast<size_t>(kKeys), static_cast<long long>(before),
+      static_cast<long long>(peak), static_cast<long long>(peak - before));
+  // The answers held for them are at most 256 MiB (kAnswerMemoryBytes), plus
+  // what is being built at the moment.
+  CHECK(peak - before < int64_t{256 + 128} << 10);
+  // Once the askers go away, their room is free again.
+  for (int fd : fds) close(fd);
+  grpc::Status again = batch_lookup();
+  for (int i = 0; i < 50 && !again.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again = batch_lookup();
+  }
+  INFO(again.error_message());
+  CHECK(again.ok());
 }
 
 TEST_CASE(
@@ -386,6 +536,105 @@ TEST_CASE(
   CHECK(admin->Backup(Ctx().get(), req, &resp).error_code() ==
         grpc::StatusCode::ALREADY_EXISTS);
   CHECK_FALSE(std::filesystem::exists(target));
+}
+
+TEST_CASE(
+    "on a full disk Record and ImportEntries are RESOURCE_EXHAUSTED, lookups "
+    "go on, and what was acknowledged stays") {
+  DaemonProcess d({"--backend=none"});
+  ImportKeys(*d.Stub(), 50, 8000);
+  REQUIRE(d.Terminate() == 0);
+  // As the soak makes a full disk: no file the daemon writes grows past
+  // 256 KiB (EFBIG), the database (over 400 KB) is read as before.
+  d.child_setup() = [] {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{256 * 1024, 256 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  };
+  d.Start();
+  auto stub = d.Stub();
+  std::vector<uint32_t> acked;
+  int refused = 0;
+  for (uint32_t m = 1000; m < 1100; ++m) {
+    v1::RecordRequest record;
+    record.set_claim_id(ClaimId(*stub, DenseKey(m)));
+    record.mutable_execution()->set_kernel("k");
+    v1::RecordResponse recorded;
+    grpc::Status s = stub->Record(Ctx().get(), record, &recorded);
+    INFO(s.error_message());
+    if (s.ok()) {
+      acked.push_back(m);
+    } else {
+      ++refused;
+      CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    }
+    v1::ImportEntriesRequest import;
+    v1::Entry* e = import.add_entries();
+    *e->mutable_key() = DenseKey(m + 1000);
+    e->mutable_execution()->set_kernel("k");
+    v1::ImportEntriesResponse imported;
+    s = stub->ImportEntries(Ctx().get(), import, &imported);
+    CHECK((s.ok() || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
+  }
+  CHECK(refused > 50);
+  CHECK(LookupState(*stub, DenseKey(7)) == v1::KEY_STATE_HIT);
+  Status(*stub);
+  REQUIRE(d.Terminate() == 0);
+  d.child_setup() = {};
+  d.Start();
+  stub = d.Stub();
+  for (uint32_t m : acked) {
+    CHECK(LookupState(*stub, DenseKey(m)) == v1::KEY_STATE_HIT);
+  }
+}
+
+TEST_CASE(
+    "Backup to a full disk fails loudly, keeps no file, and gputunectl "
+    "backup exits non-zero") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  ImportKeys(*stub, 50, 8000);
+  REQUIRE(d.Terminate() == 0);  // checkpointed into the database file
+  // A full disk, as the file-size limit makes it for the daemon (EFBIG, not
+  // SIGXFSZ): no file it writes grows past 128 KiB, and a copy of the
+  // database (over 400 KB) cannot be written.
+  constexpr rlim_t kLimit = 128 * 1024;
+  REQUIRE(std::filesystem::file_size(d.db_path()) > 3 * kLimit);
+  d.child_setup() = [] {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{kLimit, kLimit};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  };
+  d.Start();
+  stub = d.Stub();
+  CHECK(LookupState(*stub, DenseKey(7)) == v1::KEY_STATE_HIT);
+  const std::string copy = d.dir() + "/copy.db";
+  v1::BackupRequest req;
+  req.set_path(copy);
+  v1::BackupResponse resp;
+  const grpc::Status s = d.AdminStub()->Backup(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(s.error_message().find("nothing was kept") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(copy));
+  std::string out;
+  const std::string by_cli = d.dir() + "/cli.db";
+  const int code = RunProgram(
+      GPUTUNECTL_PATH, {"--endpoint=" + d.endpoint(), "backup", by_cli}, &out);
+  INFO(out);
+  CHECK(code != 0);
+  CHECK(out.find("backed up") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(by_cli));
+  // Lookups go on, and with room again the same backup works.
+  CHECK(LookupState(*stub, DenseKey(8)) == v1::KEY_STATE_HIT);
+  REQUIRE(d.Terminate() == 0);
+  d.child_setup() = {};
+  d.Start();
+  CHECK(RunProgram(GPUTUNECTL_PATH,
+                   {"--endpoint=" + d.endpoint(), "backup", by_cli},
+                   &out) == 0);
+  CHECK(out.find("backed up") != std::string::npos);
+  Sql(by_cli, "SELECT key_id FROM entries");
 }
 
 TEST_CASE(

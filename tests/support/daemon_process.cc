@@ -142,6 +142,17 @@ int RunProgram(const std::string& path, const std::vector<std::string>& args,
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+int64_t RssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      return std::strtoll(line.c_str() + 6, nullptr, 10);
+    }
+  }
+  return -1;
+}
+
 int SignalAndReap(pid_t pid, int signal) {
   if (pid <= 0) return -1;
   kill(pid, signal);

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,6 +59,8 @@ class DaemonProcess {
 
   // Extra flags for the next Start() (e.g. to change the backend).
   std::vector<std::string>& flags() { return flags_; }
+  // What runs in the child before exec at the next Start() (e.g. setrlimit).
+  std::function<void()>& child_setup() { return child_setup_; }
 
  private:
   std::string dir_;
@@ -93,6 +96,10 @@ std::string ReadFile(const std::string& path);
 // Runs `command` with /bin/sh, its output (and the command itself) appended
 // to the file `log`; true when it exits 0.
 bool Sh(const std::string& command, const std::string& log);
+
+// The resident set of process `pid` in KiB (VmRSS in /proc/PID/status); -1
+// when it cannot be read.
+int64_t RssKiB(pid_t pid);
 
 // Sends `signal` to `pid` and waits for it to exit; returns the waitpid
 // status, or -1 (doing nothing) when pid <= 0.
