@@ -8,6 +8,8 @@
 #ifndef GPUTUNE_DAEMON_FLEET_HOOKS_H_
 #define GPUTUNE_DAEMON_FLEET_HOOKS_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -45,6 +47,16 @@ class FleetHooks {
   // may be published now (not before: an answer from the fleet must not
   // reach the index ahead of the entry's own commit).
   virtual void RecordCommitted(const v1::Key& key) = 0;
+
+  // ImportEntries' TuneStore::PutAll(entries) and Arbiter::Install(entries),
+  // with the outbox rows of the entries of this daemon's fingerprint
+  // (unfenced: an import holds no fleet claim) written in the same SQLite
+  // transaction: an operator's import is shared like a Record, and the
+  // fleet's rules decide (the first valid publish per key and candidate set
+  // is canonical, so an import cannot replace a fleet entry; it is itself
+  // replaced here by the fleet's). Entries of other fingerprints stay local.
+  // Blocks on SQLite; call on the store executor.
+  virtual absl::Status Import(const std::vector<v1::Entry>& entries) = 0;
 
   // The link's state, for GetStatus.
   virtual void FillStatus(v1::FleetStatus* status) const = 0;

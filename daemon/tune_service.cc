@@ -723,8 +723,12 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
   return OnStore(
       store_executor_, call,
       [this, entries = std::move(entries), response]() -> absl::Status {
-        if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
-        arbiter_->Install(entries);
+        if (fleet_ != nullptr) {
+          if (absl::Status s = fleet_->Import(entries); !s.ok()) return s;
+        } else {
+          if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
+          arbiter_->Install(entries);
+        }
         spdlog::info("imported {} entries", entries.size());
         response->set_imported(static_cast<uint32_t>(entries.size()));
         return absl::OkStatus();

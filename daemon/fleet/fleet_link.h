@@ -21,9 +21,12 @@
 //    position (kept in the local database, so a restart or reconnect
 //    catches up), woken by NOTIFY or every poll_interval. Its state is the
 //    link's state in GetStatus.
-//  - publisher: drains the outbox (oldest first) with retry and backoff;
-//    each row is removed once the fleet answered it (accepted, or refused
-//    and the fleet's canonical entry adopted instead).
+//  - publisher: drains the outbox with retry and backoff, a page of rows at
+//    a time, oldest first, moving on past rows that wait; each row is
+//    removed once the fleet answered it (accepted, or refused and the
+//    fleet's canonical entry adopted instead), or once PostgreSQL refused
+//    its data kMaxRefusals times (a constraint, an invalid value: logged
+//    and counted, the entry kept locally).
 //  - keeper: (re)connects the claim connection, renews the fleet claims of
 //    keys this daemon is tuning and releases those it no longer holds
 //    locally (abandoned, expired).
@@ -100,6 +103,7 @@ class FleetLink final : public FleetHooks {
                                           absl::Duration ttl) override;
   absl::Status PersistRecord(const v1::Entry& entry) override;
   void RecordCommitted(const v1::Key& key) override;
+  absl::Status Import(const std::vector<v1::Entry>& entries) override;
   void FillStatus(v1::FleetStatus* status) const override;
 
  private:
@@ -143,15 +147,32 @@ class FleetLink final : public FleetHooks {
   absl::StatusOr<bool> FollowOnce(FleetConnection& conn);
   // Adopts entries the fleet holds (serialized v1::Entry each, with where
   // they came from) into the store and the index; with `feed_seq`, the new
-  // feed position is written in the same transaction. Rows published by
-  // this daemon only move the position.
+  // feed position is written in the same transaction. Feed rows published
+  // by this daemon only move the position.
   absl::Status Adopt(const std::vector<FleetConnection::FeedRow>& rows,
                      uint64_t feed_seq);
-  absl::StatusOr<std::vector<OutboxRow>> ReadOutbox(int limit);
+  // Writes `entries` to the store and, for each of this fleet's
+  // fingerprint, its outbox row under `fence`, in one transaction (beyond
+  // outbox_limit an entry is stored but not queued, and counted).
+  absl::Status PutAndQueue(const std::vector<v1::Entry>& entries,
+                           uint64_t fence) ABSL_LOCKS_EXCLUDED(mu_);
+  // The outbox rows of these keys wait until as many LetGo calls (the
+  // entries reached the index); LetGo wakes the publisher.
+  void HoldBack(const std::vector<std::string>& key_ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void LetGo(const std::vector<std::string>& key_ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // Up to `limit` outbox rows with id > after_id, oldest first.
+  absl::StatusOr<std::vector<OutboxRow>> ReadOutbox(int64_t after_id,
+                                                    int limit);
   absl::Status RemoveFromOutbox(const std::vector<int64_t>& ids);
   // Acts on the fleet's answer to one outbox row (counts, logs, adopts the
   // canonical entry); true when the row is done with.
   bool Answered(const OutboxRow& row, const FleetConnection::PublishResult& r);
+  // PostgreSQL refused the data of `row`, published alone (`error` is
+  // INVALID_ARGUMENT): the row waits, backing off, while the rows behind it
+  // go on; true when this was its kMaxRefusals-th refusal and it leaves the
+  // outbox (logged, counted in FleetStatus.outbox_dropped).
+  bool Failed(const OutboxRow& row, const absl::Status& error);
 
   // Constant after construction.
   const FleetOptions options_;
@@ -175,8 +196,11 @@ class FleetLink final : public FleetHooks {
   // Keys a Claim is in progress for, and the signal that one ended.
   absl::flat_hash_set<std::string> claiming_ ABSL_GUARDED_BY(mu_);
   absl::CondVar claimed_;
-  // Records between PersistRecord and RecordCommitted: not published yet.
-  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Keys between HoldBack and LetGo (a Record or an import on its way to
+  // the index), with how many: their outbox rows are not published yet.
+  absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Refusals of outbox rows by key id, since their row was queued.
+  absl::flat_hash_map<std::string, int> attempts_ ABSL_GUARDED_BY(mu_);
   // Outbox keys the fleet said another daemon holds: not before this time.
   absl::flat_hash_map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
   uint64_t outbox_depth_ ABSL_GUARDED_BY(mu_) = 0;
@@ -193,6 +217,8 @@ class FleetLink final : public FleetHooks {
   std::atomic<uint64_t> adopted_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> local_only_claims_{0};
+  std::atomic<uint64_t> outbox_dropped_{0};
+  std::atomic<uint64_t> publish_errors_{0};
   int wake_fds_[2] = {-1, -1};  // a pipe: Stop wakes the follower's poll
   std::thread follower_;
   std::thread publisher_;
