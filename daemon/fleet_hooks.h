@@ -8,6 +8,7 @@
 #ifndef GPUTUNE_DAEMON_FLEET_HOOKS_H_
 #define GPUTUNE_DAEMON_FLEET_HOOKS_H_
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,6 +23,9 @@ class FleetHooks {
  public:
   virtual ~FleetHooks() = default;
 
+  // What Claim answers, called once.
+  using ClaimDone = std::function<void(absl::StatusOr<v1::ClaimResponse>)>;
+
   // Arbiter::Claim(key, holder, ttl), with the key's fleet claim taken
   // first when a local grant is possible. Answers as Arbiter::Claim does:
   // GRANTED (a local claim, backed by the fleet claim, or local-only while
@@ -29,12 +33,13 @@ class FleetHooks {
   // canonical entry, which is then adopted), PENDING (a local holder, or
   // another daemon of the fleet: then ClaimInfo.holder starts with "fleet:"
   // and names its host, GPU and fleet claim; the local claim lapses with
-  // that fleet lease) or BACKOFF. Called on gRPC threads: costs at most one
-  // PostgreSQL round trip, bounded by the statement timeout, and none while
-  // the fleet is unreachable.
-  virtual absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
-                                                  absl::string_view holder,
-                                                  absl::Duration ttl) = 0;
+  // that fleet lease) or BACKOFF. Never blocks on the network: a claim that
+  // needs PostgreSQL (one round trip, bounded by the statement timeout) runs
+  // on the fleet tier's own claim thread, which calls `done`; one that does
+  // not (no grant possible, or the fleet unreachable) calls `done` before
+  // Claim returns. `done` must not block.
+  virtual void Claim(const v1::Key& key, absl::string_view holder,
+                     absl::Duration ttl, ClaimDone done) = 0;
 
   // TuneStore::Put(entry) for a Record (daemon- or client-measured), with
   // the entry's row in the fleet outbox written in the same SQLite

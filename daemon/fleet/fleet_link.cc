@@ -152,6 +152,10 @@ void FleetLink::Start() {
         absl::MutexLock lock(&mu_);
         return outbox_depth_;
       }());
+  {
+    absl::MutexLock lock(&mu_);
+    claims_ = std::make_unique<SerialExecutor>();
+  }
   follower_ = std::thread([this] { FollowerLoop(); });
   publisher_ = std::thread([this] { PublisherLoop(); });
   keeper_ = std::thread([this] { KeeperLoop(); });
@@ -171,6 +175,12 @@ void FleetLink::Stop() {
     if (fd >= 0) close(fd);
     fd = -1;
   }
+  std::unique_ptr<SerialExecutor> claims;
+  {
+    absl::MutexLock lock(&mu_);
+    claims = std::move(claims_);
+  }
+  claims.reset();  // answers what was queued, locally
   absl::MutexLock lock(&claim_mu_);
   claim_conn_.reset();
 }
@@ -205,43 +215,44 @@ absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
 // ---------------------------------------------------------------------------
 // Claims.
 
-absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
-                                                   absl::string_view holder,
-                                                   absl::Duration ttl) {
-  // One claim of a key at a time here: two callers that both found it free
-  // locally must not both go to the fleet (the second would take the fleet
-  // claim over from the first).
-  const std::string key_id = KeyId(key);
+void FleetLink::Claim(const v1::Key& key, absl::string_view holder,
+                      absl::Duration ttl, ClaimDone done) {
+  const v1::KeyState state = arbiter_->Lookup(key).state();
+  const bool grantable = state != v1::KEY_STATE_HIT &&
+                         state != v1::KEY_STATE_PENDING &&
+                         state != v1::KEY_STATE_BACKOFF;
   {
     absl::MutexLock lock(&mu_);
-    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !claiming_.contains(key_id);
-    };
-    while (!free()) claimed_.Wait(&mu_);
-    claiming_.insert(key_id);
+    if (grantable && schema_ok_ && !stopping_ && claims_ != nullptr) {
+      claims_->Submit([this, key, holder = std::string(holder), ttl,
+                       done = std::move(done)] {
+        bool stopping;
+        {
+          absl::MutexLock lock(&mu_);
+          stopping = stopping_;
+        }
+        done(ClaimOnce(key, holder, ttl, !stopping));
+      });
+      return;
+    }
   }
-  absl::StatusOr<v1::ClaimResponse> response =
-      ClaimOnce(key, key_id, holder, ttl);
-  {
-    absl::MutexLock lock(&mu_);
-    claiming_.erase(key_id);
-  }
-  claimed_.SignalAll();
-  return response;
+  done(ClaimOnce(key, holder, ttl, /*ask_fleet=*/false));
 }
 
-absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
-    const v1::Key& key, const std::string& key_id, absl::string_view holder,
-    absl::Duration ttl) {
+absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
+                                                       absl::string_view holder,
+                                                       absl::Duration ttl,
+                                                       bool ask_fleet) {
   const v1::KeyStatus local = arbiter_->Lookup(key);
   if (local.state() == v1::KEY_STATE_HIT ||
       local.state() == v1::KEY_STATE_PENDING ||
       local.state() == v1::KEY_STATE_BACKOFF) {
     return arbiter_->Claim(key, holder, ttl);  // no grant possible
   }
+  const std::string key_id = KeyId(key);
   absl::StatusOr<FleetConnection::ClaimResult> fleet =
       absl::UnavailableError("not connected");
-  {
+  if (ask_fleet) {
     absl::MutexLock lock(&claim_mu_);
     if (claim_conn_ != nullptr) {
       fleet = claim_conn_->Claim(fingerprint_, key_id, key.candidate_set(), me_,

@@ -12,8 +12,8 @@
 //   (*link)->Stop();    // before the store and the arbiter go
 //
 // Local stays authoritative for serving: nothing here is on the lookup
-// path, and nothing waits for PostgreSQL but FleetHooks::Claim (one round
-// trip, bounded; none while the fleet is unreachable).
+// path, and no caller's thread waits for PostgreSQL: fleet claims run on
+// the link's claim thread and answer through a callback.
 //
 // Threads (all its own, ended by Stop):
 //  - follower: the feed connection. Connects, checks and migrates the
@@ -27,6 +27,8 @@
 //    fleet's canonical entry adopted instead), or once PostgreSQL refused
 //    its data kMaxRefusals times (a constraint, an invalid value: logged
 //    and counted, the entry kept locally).
+//  - claims: runs FleetHooks::Claim calls that need the fleet, one at a
+//    time (they share the claim connection), and answers them.
 //  - keeper: (re)connects the claim connection, renews the fleet claims of
 //    keys this daemon is tuning and releases those it no longer holds
 //    locally (abandoned, expired).
@@ -56,6 +58,7 @@
 #include "daemon/clock.h"
 #include "daemon/fleet/fleet_store.h"
 #include "daemon/fleet_hooks.h"
+#include "daemon/serial_executor.h"
 #include "storage/tune_store.h"
 
 namespace gputune::fleet {
@@ -98,9 +101,8 @@ class FleetLink final : public FleetHooks {
   void Stop();
 
   // FleetHooks.
-  absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
-                                          absl::string_view holder,
-                                          absl::Duration ttl) override;
+  void Claim(const v1::Key& key, absl::string_view holder, absl::Duration ttl,
+             ClaimDone done) override;
   absl::Status PersistRecord(const v1::Entry& entry) override;
   void RecordCommitted(const v1::Key& key) override;
   absl::Status Import(const std::vector<v1::Entry>& entries) override;
@@ -128,11 +130,15 @@ class FleetLink final : public FleetHooks {
     std::string entry;
   };
 
-  // Claim, with no other Claim of the key in progress here.
+  // Claim's answer: with `ask_fleet`, after one round trip on the claim
+  // connection (on the claim thread: one fleet claim at a time, so two
+  // callers that both found a key free locally never both go to the fleet,
+  // where the second would take the claim over from the first); without,
+  // from the arbiter alone.
   absl::StatusOr<v1::ClaimResponse> ClaimOnce(const v1::Key& key,
-                                              const std::string& key_id,
                                               absl::string_view holder,
-                                              absl::Duration ttl);
+                                              absl::Duration ttl,
+                                              bool ask_fleet);
   void FollowerLoop();
   void PublisherLoop();
   void KeeperLoop();
@@ -193,9 +199,9 @@ class FleetLink final : public FleetHooks {
   absl::flat_hash_map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);
   // Keys waited on another daemon for, until that lease's end.
   absl::flat_hash_map<std::string, absl::Time> waited_ ABSL_GUARDED_BY(mu_);
-  // Keys a Claim is in progress for, and the signal that one ended.
-  absl::flat_hash_set<std::string> claiming_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar claimed_;
+  // The claim thread: runs the Claims that ask the fleet, in order. Made by
+  // Start; Stop drains it (what is queued then is answered locally).
+  std::unique_ptr<SerialExecutor> claims_ ABSL_GUARDED_BY(mu_);
   // Keys between HoldBack and LetGo (a Record or an import on its way to
   // the index), with how many: their outbox rows are not published yet.
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);

@@ -654,7 +654,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a record PostgreSQL keeps refusing leaves the outbox, logged and "
+    "a record PostgreSQL keeps refusing leaves the fleet outbox, logged and "
     "counted, without holding up the 300 records behind it") {
   GPUTUNE_REQUIRE_POSTGRES();
   FleetPair fleet("refused");
