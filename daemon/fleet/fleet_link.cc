@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 )sql";
 
 // Feed rows adopted per transaction (and held in memory at once).
-constexpr int kFeedPage = 1000;
+constexpr int kFeedPage = 250;
 // An entry (8-64 candidates' measurements) is a few KiB; anything near this
 // is not one gputuned wrote.
 constexpr size_t kMaxFleetEntryBytes = 1 << 20;
