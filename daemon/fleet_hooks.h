@@ -35,9 +35,10 @@ class FleetHooks {
   // and names its host, GPU and fleet claim; the local claim lapses with
   // that fleet lease) or BACKOFF. Never blocks on the network: a claim that
   // needs PostgreSQL (one round trip, bounded by the statement timeout) runs
-  // on the fleet tier's own claim thread, which calls `done`; one that does
-  // not (no grant possible, or the fleet unreachable) calls `done` before
-  // Claim returns. `done` must not block.
+  // on the fleet tier's own claim thread, which calls `done` (while the
+  // fleet is reachable, every Claim of a key that is not a HIT goes there,
+  // in order); a HIT, or any Claim while the fleet is unreachable, calls
+  // `done` before Claim returns. `done` must not block.
   virtual void Claim(const v1::Key& key, absl::string_view holder,
                      absl::Duration ttl, ClaimDone done) = 0;
 

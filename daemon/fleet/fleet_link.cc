@@ -217,13 +217,14 @@ absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
 
 void FleetLink::Claim(const v1::Key& key, absl::string_view holder,
                       absl::Duration ttl, ClaimDone done) {
-  const v1::KeyState state = arbiter_->Lookup(key).state();
-  const bool grantable = state != v1::KEY_STATE_HIT &&
-                         state != v1::KEY_STATE_PENDING &&
-                         state != v1::KEY_STATE_BACKOFF;
+  // A HIT is answered here (it stays a HIT but for a deletion); anything
+  // else may be granted by the time it is decided (a PENDING or BACKOFF key
+  // lapses to MISS), so while the link is up it is decided on the claim
+  // thread, in order with the fleet claims.
+  const bool hit = arbiter_->Lookup(key).state() == v1::KEY_STATE_HIT;
   {
     absl::MutexLock lock(&mu_);
-    if (grantable && schema_ok_ && !stopping_ && claims_ != nullptr) {
+    if (!hit && schema_ok_ && !stopping_ && claims_ != nullptr) {
       claims_->Submit([this, key, holder = std::string(holder), ttl,
                        done = std::move(done)] {
         bool stopping;

@@ -50,7 +50,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -207,7 +206,8 @@ class FleetLink final : public FleetHooks {
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
   // Refusals of outbox rows by key id, since their row was queued.
   absl::flat_hash_map<std::string, int> attempts_ ABSL_GUARDED_BY(mu_);
-  // Outbox keys the fleet said another daemon holds: not before this time.
+  // Outbox keys not to publish before this time: another daemon holds
+  // them, or PostgreSQL refused their row (backing off).
   absl::flat_hash_map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
   uint64_t outbox_depth_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t feed_seq_ ABSL_GUARDED_BY(mu_) = 0;
