@@ -335,6 +335,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       d->fleet_ = std::move(*link);
       d->jobs_->set_fleet(d->fleet_.get());
       d->tune_service_->set_fleet(d->fleet_.get());
+      d->metrics_->ReadFleetFrom(d->fleet_.get());
       d->fleet_->Start();
     }
   }

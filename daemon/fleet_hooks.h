@@ -8,6 +8,9 @@
 #ifndef GPUTUNE_DAEMON_FLEET_HOOKS_H_
 #define GPUTUNE_DAEMON_FLEET_HOOKS_H_
 
+#include <functional>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -20,6 +23,9 @@ class FleetHooks {
  public:
   virtual ~FleetHooks() = default;
 
+  // What Claim answers, called once.
+  using ClaimDone = std::function<void(absl::StatusOr<v1::ClaimResponse>)>;
+
   // Arbiter::Claim(key, holder, ttl), with the key's fleet claim taken
   // first when a local grant is possible. Answers as Arbiter::Claim does:
   // GRANTED (a local claim, backed by the fleet claim, or local-only while
@@ -27,12 +33,14 @@ class FleetHooks {
   // canonical entry, which is then adopted), PENDING (a local holder, or
   // another daemon of the fleet: then ClaimInfo.holder starts with "fleet:"
   // and names its host, GPU and fleet claim; the local claim lapses with
-  // that fleet lease) or BACKOFF. Called on gRPC threads: costs at most one
-  // PostgreSQL round trip, bounded by the statement timeout, and none while
-  // the fleet is unreachable.
-  virtual absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
-                                                  absl::string_view holder,
-                                                  absl::Duration ttl) = 0;
+  // that fleet lease) or BACKOFF. Never blocks on the network: a claim that
+  // needs PostgreSQL (one round trip, bounded by the statement timeout) runs
+  // on the fleet tier's own claim thread, which calls `done` (while the
+  // fleet is reachable, every Claim of a key that is not a HIT goes there,
+  // in order); a HIT, or any Claim while the fleet is unreachable, calls
+  // `done` before Claim returns. `done` must not block.
+  virtual void Claim(const v1::Key& key, absl::string_view holder,
+                     absl::Duration ttl, ClaimDone done) = 0;
 
   // TuneStore::Put(entry) for a Record (daemon- or client-measured), with
   // the entry's row in the fleet outbox written in the same SQLite
@@ -45,6 +53,16 @@ class FleetHooks {
   // may be published now (not before: an answer from the fleet must not
   // reach the index ahead of the entry's own commit).
   virtual void RecordCommitted(const v1::Key& key) = 0;
+
+  // ImportEntries' TuneStore::PutAll(entries) and Arbiter::Install(entries),
+  // with the outbox rows of the entries of this daemon's fingerprint
+  // (unfenced: an import holds no fleet claim) written in the same SQLite
+  // transaction: an operator's import is shared like a Record, and the
+  // fleet's rules decide (the first valid publish per key and candidate set
+  // is canonical, so an import cannot replace a fleet entry; it is itself
+  // replaced here by the fleet's). Entries of other fingerprints stay local.
+  // Blocks on SQLite; call on the store executor.
+  virtual absl::Status Import(const std::vector<v1::Entry>& entries) = 0;
 
   // The link's state, for GetStatus.
   virtual void FillStatus(v1::FleetStatus* status) const = 0;

@@ -193,31 +193,13 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
     done(std::move(status));
     return;
   }
-  const std::string key_id = KeyId(key);
-  // Attaches to a queued or running job for the key; false when none.
-  auto attach = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
-    auto it = jobs_.find(key_id);
-    if (it == jobs_.end()) return false;
-    Job& job = *it->second;
-    if (job.key.candidate_set() != key.candidate_set()) {
-      done(absl::AbortedError(absl::StrCat(
-          "a job for ", key_id, " with candidate set '",
-          job.key.candidate_set(), "' is running: retry when it is done")));
-    } else if (wait) {
-      job.waiters.push_back(std::move(done));
-      job.info.set_waiters(job.info.waiters() + 1);
-    } else {
-      done(arbiter_->Lookup(key));
-    }
-    return true;
-  };
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       done(absl::UnavailableError("gputuned is shutting down"));
       return;
     }
-    if (attach()) return;
+    if (AttachLocked(key, wait, done)) return;
     if (static_cast<int>(queue_.size()) >= options_.capacity) {
       done(absl::ResourceExhaustedError(absl::StrCat(
           "the benchmark queue is full (", options_.capacity,
@@ -226,10 +208,39 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
     }
   }
   FleetHooks* const fleet = fleet_.load();
-  absl::StatusOr<v1::ClaimResponse> claim =
-      fleet != nullptr
-          ? fleet->Claim(key, kDaemonHolder, options_.lease_ttl)
-          : arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl);
+  if (fleet == nullptr) {
+    Claimed(key, wait, std::move(done),
+            arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl));
+    return;
+  }
+  // The fleet claim may take a PostgreSQL round trip: answered on the fleet
+  // tier's claim thread.
+  fleet->Claim(key, kDaemonHolder, options_.lease_ttl,
+               [this, key, wait,
+                done = std::move(done)](absl::StatusOr<v1::ClaimResponse> c) {
+                 Claimed(key, wait, done, std::move(c));
+               });
+}
+
+bool JobQueue::AttachLocked(const v1::Key& key, bool wait, DoneFn& done) {
+  auto it = jobs_.find(KeyId(key));
+  if (it == jobs_.end()) return false;
+  Job& job = *it->second;
+  if (job.key.candidate_set() != key.candidate_set()) {
+    done(absl::AbortedError(absl::StrCat(
+        "a job for ", job.key_id, " with candidate set '",
+        job.key.candidate_set(), "' is running: retry when it is done")));
+  } else if (wait) {
+    job.waiters.push_back(std::move(done));
+    job.info.set_waiters(job.info.waiters() + 1);
+  } else {
+    done(arbiter_->Lookup(key));
+  }
+  return true;
+}
+
+void JobQueue::Claimed(const v1::Key& key, bool wait, DoneFn done,
+                       absl::StatusOr<v1::ClaimResponse> claim) {
   if (!claim.ok()) {
     done(claim.status());
     return;
@@ -249,7 +260,7 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
     case v1::CLAIM_OUTCOME_PENDING: {
       {
         absl::MutexLock lock(&mu_);
-        if (attach()) return;  // our own job appeared meanwhile
+        if (AttachLocked(key, wait, done)) return;  // our own job meanwhile
       }
       // A client process holds the key: follow its claim.
       if (wait) {
@@ -263,20 +274,29 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
       break;
   }
   auto job = std::make_shared<Job>();
-  job->key_id = key_id;
+  job->key_id = KeyId(key);
   job->key = key;
   job->claim_id = claim->claim().claim_id();
   *job->info.mutable_key() = key;
   *job->info.mutable_queued_at() = ToProto(clock_->Now());
+  bool stopped = false;
   {
     absl::MutexLock lock(&mu_);
-    job->order = next_order_++;
-    if (wait) {
-      job->waiters.push_back(std::move(done));
-      job->info.set_waiters(1);
+    stopped = stopping_;  // while the fleet was asked
+    if (!stopped) {
+      job->order = next_order_++;
+      if (wait) {
+        job->waiters.push_back(std::move(done));
+        job->info.set_waiters(1);
+      }
+      jobs_[job->key_id] = job;
+      queue_.push_back(job);
     }
-    jobs_[key_id] = job;
-    queue_.push_back(job);
+  }
+  if (stopped) {
+    (void)arbiter_->Abandon(job->claim_id);
+    done(absl::UnavailableError("gputuned is shutting down"));
+    return;
   }
   spdlog::info("tune job queued for {} (claim {})", KeyText(key),
                job->claim_id);

@@ -24,7 +24,8 @@
 // daemon with a fresh context.
 //
 // Thread-safe. TuneDense never blocks: it answers through `done`, on the
-// calling thread (HIT, PENDING, refusals) or on the worker thread.
+// calling thread (HIT, PENDING, refusals), on the fleet tier's claim thread
+// (with a fleet) or on the worker thread.
 #ifndef GPUTUNE_DAEMON_JOB_QUEUE_H_
 #define GPUTUNE_DAEMON_JOB_QUEUE_H_
 
@@ -127,6 +128,16 @@ class JobQueue {
   void WorkerLoop();
   void Run(Job& job);
   void Finish(const std::string& key_id, const absl::StatusOr<v1::KeyStatus>& r)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Attaches `done` to a queued or running job for the key (or answers it,
+  // for a job of another candidate set, or with wait=false); false when
+  // there is none, and `done` is left as it was.
+  bool AttachLocked(const v1::Key& key, bool wait, DoneFn& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TuneDense once the key's claim was answered (on the caller's thread, or
+  // on the fleet tier's claim thread): queues a job for a grant.
+  void Claimed(const v1::Key& key, bool wait, DoneFn done,
+               absl::StatusOr<v1::ClaimResponse> claim)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Follows a client's claim; when it ends without a HIT, tries again.
   void Follow(const v1::Key& key, DoneFn done) ABSL_LOCKS_EXCLUDED(mu_);

@@ -16,9 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/arbiter.h"
+#include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
 #include "google/protobuf/descriptor.h"
 #include "gputune/v1/tune.pb.h"
+#include "proto/proto_time.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
@@ -385,6 +387,87 @@ void DaemonMetrics::ReadFrom(const JobQueue* jobs, const Arbiter* arbiter,
       "Size of the SQLite database: the file and its write-ahead log.",
       Type::kGauge, [database_path] {
         return FileBytes(database_path) + FileBytes(database_path + "-wal");
+      });
+}
+
+void DaemonMetrics::ReadFleetFrom(const FleetHooks* fleet) {
+  using Type = MetricsRegistry::Type;
+  // Each series reads the link's status: a few locks per render, none on a
+  // serving path.
+  auto add = [&](const char* name, const char* help, Type type,
+                 double (*field)(const v1::FleetStatus&)) {
+    registry_.AddCallback(name, help, type, [fleet, field] {
+      v1::FleetStatus status;
+      fleet->FillStatus(&status);
+      return field(status);
+    });
+  };
+  add("gputune_fleet_connected",
+      "1 while the fleet link is connected and following the feed.",
+      Type::kGauge,
+      [](const v1::FleetStatus& s) { return s.connected() ? 1.0 : 0.0; });
+  add("gputune_fleet_outbox_depth",
+      "Records waiting in the local outbox to be published to the fleet.",
+      Type::kGauge, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.outbox_depth());
+      });
+  add("gputune_fleet_feed_lag_seconds",
+      "From a fleet entry's publish to its adoption here, for the last "
+      "entry adopted.",
+      Type::kGauge, [](const v1::FleetStatus& s) {
+        return absl::ToDoubleSeconds(FromProto(s.feed_lag()));
+      });
+  add("gputune_fleet_feed_backlog",
+      "Feed positions the fleet had when last asked that are not adopted "
+      "here yet.",
+      Type::kGauge, [](const v1::FleetStatus& s) {
+        return s.fleet_seq() > s.feed_seq()
+                   ? static_cast<double>(s.fleet_seq() - s.feed_seq())
+                   : 0.0;
+      });
+  add("gputune_fleet_claims_held", "Fleet claims this daemon holds.",
+      Type::kGauge, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.claims_held());
+      });
+  add("gputune_fleet_claims_waited",
+      "Keys PENDING here because another daemon of the fleet tunes them.",
+      Type::kGauge, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.claims_waited());
+      });
+  add("gputune_fleet_published_total", "Entries published to the fleet.",
+      Type::kCounter, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.published());
+      });
+  add("gputune_fleet_adopted_total", "Fleet entries adopted from the feed.",
+      Type::kCounter, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.adopted());
+      });
+  add("gputune_fleet_refused_total",
+      "Publishes the fleet refused (a superseded fence, or another canonical "
+      "entry).",
+      Type::kCounter, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.refused());
+      });
+  add("gputune_fleet_publish_errors_total",
+      "Publish statements that failed (retried).", Type::kCounter,
+      [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.publish_errors());
+      });
+  add("gputune_fleet_outbox_dropped_total",
+      "Outbox records dropped because PostgreSQL refused their data "
+      "repeatedly.",
+      Type::kCounter, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.outbox_dropped());
+      });
+  add("gputune_fleet_outbox_overflow_total",
+      "Records kept locally only because the outbox was full.", Type::kCounter,
+      [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.outbox_overflow());
+      });
+  add("gputune_fleet_local_only_claims_total",
+      "Claims made locally only because the fleet was unreachable.",
+      Type::kCounter, [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.local_only_claims());
       });
 }
 

@@ -34,6 +34,7 @@
 namespace gputune {
 
 class Arbiter;
+class FleetHooks;
 class JobQueue;
 
 // Label name/value pairs, in the order they are printed.
@@ -175,6 +176,11 @@ class DaemonMetrics {
   // this object; call once, before serving.
   void ReadFrom(const JobQueue* jobs, const Arbiter* arbiter,
                 const std::string& database_path);
+  // The fleet link's state (gputune_fleet_*: connected, outbox depth, feed
+  // lag and backlog, fleet claims held and waited on, publishes, adoptions,
+  // refusals and errors), read when the text is rendered. `fleet` must
+  // outlive this object; call once, before serving, and only with a fleet.
+  void ReadFleetFrom(const FleetHooks* fleet);
 
   // Interceptors that count every RPC of the gputune services (by method
   // and status code, and how long it took), the calls in flight and the

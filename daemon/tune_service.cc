@@ -413,32 +413,41 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
     return Done(call, s);
   }
   if (auto s = ValidateTtl(request->ttl()); !s.ok()) return Done(call, s);
-  absl::StatusOr<v1::ClaimResponse> result =
-      fleet_ != nullptr ? fleet_->Claim(request->key(), request->holder(),
-                                        FromProto(request->ttl()))
-                        : arbiter_->Claim(request->key(), request->holder(),
-                                          FromProto(request->ttl()));
-  if (!result.ok()) return Done(call, result.status());
-  if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
-    authority_->Bind(result->claim().claim_id(),
-                     authority_->Owner(ctx->peer()));
-    // Leases that ran out are forgotten now and then.
-    std::optional<absl::flat_hash_set<uint64_t>> live;
-    authority_->Prune(4096, [&](uint64_t id) {
-      if (!live) {
-        live.emplace();
-        for (const auto& [key, claim] : arbiter_->GetStats().claims) {
-          live->insert(claim.claim_id());
+  // Runs here, or on the fleet tier's claim thread when the fleet is asked.
+  auto answer = [this, call, response, owner = authority_->Owner(ctx->peer())](
+                    absl::StatusOr<v1::ClaimResponse> result) {
+    if (!result.ok()) {
+      Done(call, result.status());
+      return;
+    }
+    if (result->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
+      authority_->Bind(result->claim().claim_id(), owner);
+      // Leases that ran out are forgotten now and then.
+      std::optional<absl::flat_hash_set<uint64_t>> live;
+      authority_->Prune(4096, [&](uint64_t id) {
+        if (!live) {
+          live.emplace();
+          for (const auto& [key, claim] : arbiter_->GetStats().claims) {
+            live->insert(claim.claim_id());
+          }
         }
-      }
-      return live->contains(id);
-    });
-    spdlog::debug("claim {} granted on {} to '{}'", result->claim().claim_id(),
-                  KeyText(request->key()), LogSafe(request->holder()));
+        return live->contains(id);
+      });
+      spdlog::debug("claim {} granted on {} to '{}'",
+                    result->claim().claim_id(), KeyText(call->request().key()),
+                    LogSafe(call->request().holder()));
+    }
+    if (metrics_ != nullptr) metrics_->ClaimAnswered(result->outcome());
+    *response = std::move(*result);
+    Done(call, absl::OkStatus());
+  };
+  const absl::Duration ttl = FromProto(request->ttl());
+  if (fleet_ != nullptr) {
+    fleet_->Claim(request->key(), request->holder(), ttl, std::move(answer));
+  } else {
+    answer(arbiter_->Claim(request->key(), request->holder(), ttl));
   }
-  if (metrics_ != nullptr) metrics_->ClaimAnswered(result->outcome());
-  *response = std::move(*result);
-  return Done(call, absl::OkStatus());
+  return call;
 }
 
 grpc::ServerUnaryReactor* TuneServiceImpl::Renew(
@@ -774,8 +783,12 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ImportEntries(
   return OnStore(
       store_executor_, call,
       [this, entries = std::move(entries), response]() -> absl::Status {
-        if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
-        arbiter_->Install(entries);
+        if (fleet_ != nullptr) {
+          if (absl::Status s = fleet_->Import(entries); !s.ok()) return s;
+        } else {
+          if (absl::Status s = store_->PutAll(entries); !s.ok()) return s;
+          arbiter_->Install(entries);
+        }
         spdlog::info("imported {} entries", entries.size());
         response->set_imported(static_cast<uint32_t>(entries.size()));
         return absl::OkStatus();

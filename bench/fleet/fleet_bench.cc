@@ -337,6 +337,11 @@ void Warm(const Options& o, PostgresServer& pg) {
       "%.3f s; RSS %.1f MiB (peak %.1f MiB)\n",
       serving, warm, StatusKb(joiner.pid(), "VmRSS:") / 1024.0,
       StatusKb(joiner.pid(), "VmHWM:") / 1024.0);
+  // Once the follower has seen the end of the feed (and handed a large
+  // catch-up's transient pages back).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::printf("2 s later: RSS %.1f MiB\n",
+              StatusKb(joiner.pid(), "VmRSS:") / 1024.0);
   // And a restart of that daemon, with the entries now local.
   joiner.Terminate();
   const auto restart = Steady::now();

@@ -40,12 +40,15 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 )sql";
 
 // Feed rows adopted per transaction (and held in memory at once).
-constexpr int kFeedPage = 1000;
+constexpr int kFeedPage = 250;
 // An entry (8-64 candidates' measurements) is a few KiB; anything near this
 // is not one gputuned wrote.
 constexpr size_t kMaxFleetEntryBytes = 1 << 20;
 // Outbox rows read per pass.
 constexpr int kOutboxPage = 256;
+// Times PostgreSQL may refuse one row's data (tried alone, with backoff)
+// before the row leaves the outbox.
+constexpr int kMaxRefusals = 5;
 
 absl::Status SetState(Connection& db, const std::string& name,
                       const std::string& value) {
@@ -149,6 +152,10 @@ void FleetLink::Start() {
         absl::MutexLock lock(&mu_);
         return outbox_depth_;
       }());
+  {
+    absl::MutexLock lock(&mu_);
+    claims_ = std::make_unique<SerialExecutor>();
+  }
   follower_ = std::thread([this] { FollowerLoop(); });
   publisher_ = std::thread([this] { PublisherLoop(); });
   keeper_ = std::thread([this] { KeeperLoop(); });
@@ -168,6 +175,12 @@ void FleetLink::Stop() {
     if (fd >= 0) close(fd);
     fd = -1;
   }
+  std::unique_ptr<SerialExecutor> claims;
+  {
+    absl::MutexLock lock(&mu_);
+    claims = std::move(claims_);
+  }
+  claims.reset();  // answers what was queued, locally
   absl::MutexLock lock(&claim_mu_);
   claim_conn_.reset();
 }
@@ -202,43 +215,45 @@ absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
 // ---------------------------------------------------------------------------
 // Claims.
 
-absl::StatusOr<v1::ClaimResponse> FleetLink::Claim(const v1::Key& key,
-                                                   absl::string_view holder,
-                                                   absl::Duration ttl) {
-  // One claim of a key at a time here: two callers that both found it free
-  // locally must not both go to the fleet (the second would take the fleet
-  // claim over from the first).
-  const std::string key_id = KeyId(key);
+void FleetLink::Claim(const v1::Key& key, absl::string_view holder,
+                      absl::Duration ttl, ClaimDone done) {
+  // A HIT is answered here (it stays a HIT but for a deletion); anything
+  // else may be granted by the time it is decided (a PENDING or BACKOFF key
+  // lapses to MISS), so while the link is up it is decided on the claim
+  // thread, in order with the fleet claims.
+  const bool hit = arbiter_->Lookup(key).state() == v1::KEY_STATE_HIT;
   {
     absl::MutexLock lock(&mu_);
-    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !claiming_.contains(key_id);
-    };
-    while (!free()) claimed_.Wait(&mu_);
-    claiming_.insert(key_id);
+    if (!hit && schema_ok_ && !stopping_ && claims_ != nullptr) {
+      claims_->Submit([this, key, holder = std::string(holder), ttl,
+                       done = std::move(done)] {
+        bool stopping;
+        {
+          absl::MutexLock lock(&mu_);
+          stopping = stopping_;
+        }
+        done(ClaimOnce(key, holder, ttl, !stopping));
+      });
+      return;
+    }
   }
-  absl::StatusOr<v1::ClaimResponse> response =
-      ClaimOnce(key, key_id, holder, ttl);
-  {
-    absl::MutexLock lock(&mu_);
-    claiming_.erase(key_id);
-  }
-  claimed_.SignalAll();
-  return response;
+  done(ClaimOnce(key, holder, ttl, /*ask_fleet=*/false));
 }
 
-absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
-    const v1::Key& key, const std::string& key_id, absl::string_view holder,
-    absl::Duration ttl) {
+absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
+                                                       absl::string_view holder,
+                                                       absl::Duration ttl,
+                                                       bool ask_fleet) {
   const v1::KeyStatus local = arbiter_->Lookup(key);
   if (local.state() == v1::KEY_STATE_HIT ||
       local.state() == v1::KEY_STATE_PENDING ||
       local.state() == v1::KEY_STATE_BACKOFF) {
     return arbiter_->Claim(key, holder, ttl);  // no grant possible
   }
+  const std::string key_id = KeyId(key);
   absl::StatusOr<FleetConnection::ClaimResult> fleet =
       absl::UnavailableError("not connected");
-  {
+  if (ask_fleet) {
     absl::MutexLock lock(&claim_mu_);
     if (claim_conn_ != nullptr) {
       fleet = claim_conn_->Claim(fingerprint_, key_id, key.candidate_set(), me_,
@@ -387,6 +402,83 @@ void FleetLink::KeeperLoop() {
 // ---------------------------------------------------------------------------
 // Records and the outbox.
 
+absl::Status FleetLink::PutAndQueue(const std::vector<v1::Entry>& entries,
+                                    uint64_t fence) {
+  uint64_t added = 0;
+  std::vector<std::string> queued_ids;
+  std::vector<const v1::Entry*> overflowed;
+  absl::Status s =
+      store_->PutAllWith(entries, [&](Connection& db) -> absl::Status {
+        absl::StatusOr<Statement> exists =
+            db.Prepare("SELECT 1 FROM fleet_outbox WHERE key_id = ?1");
+        if (!exists.ok()) return exists.status();
+        absl::StatusOr<Statement> put = db.Prepare(
+            "INSERT OR REPLACE INTO fleet_outbox (key_id, candidate_set, "
+            "fence, entry, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)");
+        if (!put.ok()) return put.status();
+        uint64_t depth;
+        {
+          absl::MutexLock lock(&mu_);
+          depth = outbox_depth_;
+        }
+        const int64_t now = absl::ToUnixMicros(clock_->Now());
+        for (const v1::Entry& entry : entries) {
+          // Another fingerprint's entry is not this fleet's to share.
+          if (FingerprintDigest(entry.fingerprint()) != fingerprint_) continue;
+          std::string key_id = KeyId(entry.key());
+          exists->BindText(1, key_id);
+          absl::StatusOr<bool> queued = exists->Step();
+          if (!queued.ok()) return queued.status();
+          exists->Reset();
+          if (!*queued && depth + added >= options_.outbox_limit) {
+            overflowed.push_back(&entry);
+            continue;
+          }
+          put->BindText(1, key_id);
+          put->BindText(2, entry.key().candidate_set());
+          put->BindInt(3, static_cast<int64_t>(fence));
+          put->BindBlob(4, entry.SerializeAsString());
+          put->BindInt(5, now);
+          if (auto s = put->Run(); !s.ok()) return s;
+          put->Reset();
+          if (!*queued) ++added;
+          queued_ids.push_back(std::move(key_id));
+        }
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  outbox_depth_ += added;
+  // A new row for a key starts its publish attempts afresh.
+  for (const std::string& id : queued_ids) {
+    attempts_.erase(id);
+    retry_at_.erase(id);
+  }
+  if (!overflowed.empty()) {
+    outbox_overflow_.fetch_add(overflowed.size());
+    spdlog::warn(
+        "fleet: the outbox is full ({} records): {} (and {} more) kept "
+        "locally only",
+        options_.outbox_limit, KeyText(overflowed.front()->key()),
+        overflowed.size() - 1);
+  }
+  return absl::OkStatus();
+}
+
+void FleetLink::HoldBack(const std::vector<std::string>& key_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : key_ids) ++in_flight_[id];
+}
+
+void FleetLink::LetGo(const std::vector<std::string>& key_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : key_ids) {
+    auto it = in_flight_.find(id);
+    if (it != in_flight_.end() && --it->second == 0) in_flight_.erase(it);
+  }
+  outbox_ready_ = true;
+}
+
 absl::Status FleetLink::PersistRecord(const v1::Entry& entry) {
   if (FingerprintDigest(entry.fingerprint()) != fingerprint_) {
     return store_->Put(entry);  // not this fleet's to share
@@ -400,68 +492,49 @@ absl::Status FleetLink::PersistRecord(const v1::Entry& entry) {
       held = it->second;
       held_.erase(it);
     }
-    in_flight_.insert(key_id);
   }
-  const std::string bytes = entry.SerializeAsString();
-  bool added = false;
-  bool overflow = false;
-  absl::Status s = store_->PutAllWith({entry}, [&](Connection& db) {
-    absl::StatusOr<Statement> exists =
-        db.Prepare("SELECT 1 FROM fleet_outbox WHERE key_id = ?1");
-    if (!exists.ok()) return exists.status();
-    exists->BindText(1, key_id);
-    absl::StatusOr<bool> row = exists->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) {
-      absl::MutexLock lock(&mu_);
-      if (outbox_depth_ >= options_.outbox_limit) {
-        overflow = true;
-        return absl::OkStatus();
-      }
-    }
-    absl::StatusOr<Statement> st = db.Prepare(
-        "INSERT OR REPLACE INTO fleet_outbox (key_id, candidate_set, fence, "
-        "entry, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)");
-    if (!st.ok()) return st.status();
-    st->BindText(1, key_id);
-    st->BindText(2, entry.key().candidate_set());
-    st->BindInt(3, held ? static_cast<int64_t>(held->fence) : 0);
-    st->BindBlob(4, bytes);
-    st->BindInt(5, absl::ToUnixMicros(clock_->Now()));
-    added = !*row;
-    return st->Run();
-  });
-  absl::MutexLock lock(&mu_);
+  HoldBack({key_id});
+  absl::Status s = PutAndQueue({entry}, held ? held->fence : 0);
   if (!s.ok()) {
-    in_flight_.erase(key_id);
+    LetGo({key_id});
+    absl::MutexLock lock(&mu_);
     if (held) held_[key_id] = *held;  // the lease runs on
-    return s;
-  }
-  if (added) ++outbox_depth_;
-  if (overflow) {
-    outbox_overflow_.fetch_add(1);
-    spdlog::warn(
-        "fleet: the outbox is full ({} records): {} is kept locally only",
-        options_.outbox_limit, KeyText(entry.key()));
   }
   return s;
 }
 
-void FleetLink::RecordCommitted(const v1::Key& key) {
-  absl::MutexLock lock(&mu_);
-  in_flight_.erase(KeyId(key));
-  outbox_ready_ = true;
+void FleetLink::RecordCommitted(const v1::Key& key) { LetGo({KeyId(key)}); }
+
+absl::Status FleetLink::Import(const std::vector<v1::Entry>& entries) {
+  std::vector<std::string> ours;
+  for (const v1::Entry& entry : entries) {
+    if (FingerprintDigest(entry.fingerprint()) == fingerprint_) {
+      ours.push_back(KeyId(entry.key()));
+    }
+  }
+  // Not published before the index has them: a canonical entry the fleet
+  // answers with must replace the import here, not be replaced by it.
+  HoldBack(ours);
+  absl::Status s = PutAndQueue(entries, 0);
+  if (s.ok()) arbiter_->Install(entries);
+  LetGo(ours);
+  if (s.ok() && !ours.empty()) {
+    spdlog::info("fleet: {} imported entries queued for the fleet",
+                 ours.size());
+  }
+  return s;
 }
 
 absl::StatusOr<std::vector<FleetLink::OutboxRow>> FleetLink::ReadOutbox(
-    int limit) {
+    int64_t after_id, int limit) {
   std::vector<OutboxRow> rows;
   absl::Status s = store_->Transact([&](Connection& db) -> absl::Status {
     absl::StatusOr<Statement> st = db.Prepare(
         "SELECT id, key_id, candidate_set, fence, entry FROM fleet_outbox "
-        "ORDER BY id LIMIT ?1");
+        "WHERE id > ?1 ORDER BY id LIMIT ?2");
     if (!st.ok()) return st.status();
-    st->BindInt(1, limit);
+    st->BindInt(1, after_id);
+    st->BindInt(2, limit);
     while (true) {
       absl::StatusOr<bool> row = st->Step();
       if (!row.ok()) return row.status();
@@ -534,13 +607,40 @@ bool FleetLink::Answered(const OutboxRow& row,
   }
   absl::MutexLock lock(&mu_);
   retry_at_.erase(row.key_id);
+  attempts_.erase(row.key_id);
   return true;
+}
+
+bool FleetLink::Failed(const OutboxRow& row, const absl::Status& error) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  const int attempts = ++attempts_[row.key_id];
+  if (attempts >= kMaxRefusals) {
+    attempts_.erase(row.key_id);
+    retry_at_.erase(row.key_id);
+    outbox_dropped_.fetch_add(1);
+    spdlog::error(
+        "fleet: PostgreSQL refused the publish of {} {} times ({}): dropped "
+        "from the outbox; the entry stays in this daemon's cache only",
+        row.key_id, attempts, std::string(error.message()));
+    return true;
+  }
+  retry_at_[row.key_id] =
+      now + std::min(options_.retry_min * (1 << attempts), options_.retry_max);
+  spdlog::warn(
+      "fleet: PostgreSQL refused the publish of {} ({}; {} of {} tries): "
+      "the records behind it go on",
+      row.key_id, std::string(error.message()), attempts, kMaxRefusals);
+  return false;
 }
 
 void FleetLink::PublisherLoop() {
   std::unique_ptr<FleetConnection> conn;
   absl::Duration backoff = options_.retry_min;
-  size_t batch_limit = kOutboxPage;
+  // The outbox is read a page at a time from here, oldest first, so that
+  // rows that wait (another daemon's claim, a refusal) never hold up the
+  // rows behind them; back to the start after the last page.
+  int64_t after_id = 0;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -554,26 +654,34 @@ void FleetLink::PublisherLoop() {
       if (!schema_ok_) continue;
       outbox_ready_ = false;
     }
+    // Sleeps the backoff and asks for another pass; false when stopping.
+    auto back_off = [&] {
+      if (!Nap(backoff)) return false;
+      backoff = std::min(backoff * 2, options_.retry_max);
+      absl::MutexLock lock(&mu_);
+      outbox_ready_ = true;
+      return true;
+    };
     if (conn == nullptr || !conn->ok()) {
       absl::StatusOr<std::unique_ptr<FleetConnection>> c = Connect();
       if (!c.ok()) {
-        if (!Nap(backoff)) return;
-        backoff = std::min(backoff * 2, options_.retry_max);
-        absl::MutexLock lock(&mu_);
-        outbox_ready_ = true;
+        if (!back_off()) return;
         continue;
       }
       conn = std::move(*c);
     }
-    absl::StatusOr<std::vector<OutboxRow>> rows = ReadOutbox(kOutboxPage);
+    absl::StatusOr<std::vector<OutboxRow>> rows =
+        ReadOutbox(after_id, kOutboxPage);
     if (!rows.ok()) {
       spdlog::error("fleet: cannot read the outbox: {}",
                     std::string(rows.status().message()));
       continue;
     }
+    const bool more = rows->size() == static_cast<size_t>(kOutboxPage);
+    const int64_t page_start = after_id;
+    after_id = more ? rows->back().id : 0;
     // Rows waiting on something (a Record not committed yet, another
-    // daemon's claim) are looked at again within a second, by the timed
-    // wait above.
+    // daemon's claim, a retry time) are looked at again on a later pass.
     std::vector<const OutboxRow*> batch;
     std::vector<FleetConnection::PublishRequest> requests;
     {
@@ -582,40 +690,53 @@ void FleetLink::PublisherLoop() {
         if (in_flight_.contains(row.key_id)) continue;
         auto retry = retry_at_.find(row.key_id);
         if (retry != retry_at_.end() && retry->second > clock_->Now()) continue;
-        if (batch.size() == batch_limit) break;
         batch.push_back(&row);
         requests.push_back(
             {row.key_id, row.candidate_set, row.fence, row.entry});
       }
+      if (more) outbox_ready_ = true;
     }
     if (batch.empty()) continue;
     // One transaction for the batch: one lock, one NOTIFY.
     absl::StatusOr<std::vector<FleetConnection::PublishResult>> results =
         conn->PublishAll(fingerprint_, requests, me_);
-    if (!results.ok()) {
-      if (conn->ok()) {
-        // The fleet answered, with an error: find the row it is about one
-        // row at a time, and let that one wait while the others go.
+    std::vector<absl::StatusOr<FleetConnection::PublishResult>> answers;
+    if (results.ok()) {
+      answers.assign(results->begin(), results->end());
+    } else {
+      publish_errors_.fetch_add(1);
+      if (!conn->ok() || !absl::IsInvalidArgument(results.status())) {
+        // Not about one row (the connection, a timeout, the role's
+        // grants): the page waits, and is read again after the backoff.
         spdlog::warn("fleet: publishing {} (and {} more) failed: {}; retrying",
                      batch.front()->key_id, batch.size() - 1,
                      std::string(results.status().message()));
-        if (batch.size() == 1) {
-          absl::MutexLock lock(&mu_);
-          retry_at_[batch.front()->key_id] = clock_->Now() + options_.retry_max;
-        }
-        batch_limit = 1;
+        after_id = page_start;
+        if (!back_off()) return;
+        continue;
       }
-      if (!Nap(backoff)) return;
-      backoff = std::min(backoff * 2, options_.retry_max);
-      absl::MutexLock lock(&mu_);
-      outbox_ready_ = true;
-      continue;
+      // PostgreSQL refused a row's data (a constraint, an invalid value):
+      // each row alone, so that only the refused ones wait.
+      for (const FleetConnection::PublishRequest& request : requests) {
+        absl::StatusOr<std::vector<FleetConnection::PublishResult>> one =
+            conn->PublishAll(fingerprint_, {request}, me_);
+        if (!one.ok()) {
+          publish_errors_.fetch_add(1);
+          answers.push_back(one.status());
+          if (!conn->ok()) break;  // the rest: on a later pass
+        } else {
+          answers.push_back(std::move(one->front()));
+        }
+      }
     }
     backoff = options_.retry_min;
-    batch_limit = kOutboxPage;
     std::vector<int64_t> done;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (Answered(*batch[i], (*results)[i])) done.push_back(batch[i]->id);
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const bool finished = answers[i].ok() ? Answered(*batch[i], *answers[i])
+                            : absl::IsInvalidArgument(answers[i].status())
+                                ? Failed(*batch[i], answers[i].status())
+                                : false;
+      if (finished) done.push_back(batch[i]->id);
     }
     if (absl::Status s = RemoveFromOutbox(done); !s.ok()) {
       spdlog::error(
@@ -623,8 +744,6 @@ void FleetLink::PublisherLoop() {
           "outbox: {} (they will be published again, harmlessly)",
           done.size(), std::string(s.message()));
     }
-    absl::MutexLock lock(&mu_);
-    if (rows->size() == static_cast<size_t>(kOutboxPage)) outbox_ready_ = true;
   }
 }
 
@@ -642,7 +761,10 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
       erased.push_back(row.key_id);
       continue;
     }
-    if (row.publisher.instance == me_.instance) continue;  // ours
+    // Ours, from the feed: already here. An explicit canonical answer
+    // (feed_seq 0) is taken even when this daemon published it: the local
+    // entry may have changed since (a re-import, a local delete and re-tune).
+    if (row.publisher.instance == me_.instance && feed_seq != 0) continue;
     v1::Entry entry;
     // From another process: bounded, parsed by protobuf and checked like an
     // import.
@@ -843,6 +965,8 @@ void FleetLink::FillStatus(v1::FleetStatus* status) const {
   status->set_adopted(adopted_.load());
   status->set_refused(refused_.load());
   status->set_local_only_claims(local_only_claims_.load());
+  status->set_outbox_dropped(outbox_dropped_.load());
+  status->set_publish_errors(publish_errors_.load());
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   status->set_connected(connected_);

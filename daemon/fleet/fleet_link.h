@@ -12,8 +12,8 @@
 //   (*link)->Stop();    // before the store and the arbiter go
 //
 // Local stays authoritative for serving: nothing here is on the lookup
-// path, and nothing waits for PostgreSQL but FleetHooks::Claim (one round
-// trip, bounded; none while the fleet is unreachable).
+// path, and no caller's thread waits for PostgreSQL: fleet claims run on
+// the link's claim thread and answer through a callback.
 //
 // Threads (all its own, ended by Stop):
 //  - follower: the feed connection. Connects, checks and migrates the
@@ -21,9 +21,14 @@
 //    position (kept in the local database, so a restart or reconnect
 //    catches up), woken by NOTIFY or every poll_interval. Its state is the
 //    link's state in GetStatus.
-//  - publisher: drains the outbox (oldest first) with retry and backoff;
-//    each row is removed once the fleet answered it (accepted, or refused
-//    and the fleet's canonical entry adopted instead).
+//  - publisher: drains the outbox with retry and backoff, a page of rows at
+//    a time, oldest first, moving on past rows that wait; each row is
+//    removed once the fleet answered it (accepted, or refused and the
+//    fleet's canonical entry adopted instead), or once PostgreSQL refused
+//    its data kMaxRefusals times (a constraint, an invalid value: logged
+//    and counted, the entry kept locally).
+//  - claims: runs FleetHooks::Claim calls that need the fleet, one at a
+//    time (they share the claim connection), and answers them.
 //  - keeper: (re)connects the claim connection, renews the fleet claims of
 //    keys this daemon is tuning and releases those it no longer holds
 //    locally (abandoned, expired).
@@ -45,7 +50,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -53,6 +57,7 @@
 #include "daemon/clock.h"
 #include "daemon/fleet/fleet_store.h"
 #include "daemon/fleet_hooks.h"
+#include "daemon/serial_executor.h"
 #include "storage/tune_store.h"
 
 namespace gputune::fleet {
@@ -95,11 +100,11 @@ class FleetLink final : public FleetHooks {
   void Stop();
 
   // FleetHooks.
-  absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
-                                          absl::string_view holder,
-                                          absl::Duration ttl) override;
+  void Claim(const v1::Key& key, absl::string_view holder, absl::Duration ttl,
+             ClaimDone done) override;
   absl::Status PersistRecord(const v1::Entry& entry) override;
   void RecordCommitted(const v1::Key& key) override;
+  absl::Status Import(const std::vector<v1::Entry>& entries) override;
   void FillStatus(v1::FleetStatus* status) const override;
 
  private:
@@ -124,11 +129,15 @@ class FleetLink final : public FleetHooks {
     std::string entry;
   };
 
-  // Claim, with no other Claim of the key in progress here.
+  // Claim's answer: with `ask_fleet`, after one round trip on the claim
+  // connection (on the claim thread: one fleet claim at a time, so two
+  // callers that both found a key free locally never both go to the fleet,
+  // where the second would take the claim over from the first); without,
+  // from the arbiter alone.
   absl::StatusOr<v1::ClaimResponse> ClaimOnce(const v1::Key& key,
-                                              const std::string& key_id,
                                               absl::string_view holder,
-                                              absl::Duration ttl);
+                                              absl::Duration ttl,
+                                              bool ask_fleet);
   void FollowerLoop();
   void PublisherLoop();
   void KeeperLoop();
@@ -143,15 +152,32 @@ class FleetLink final : public FleetHooks {
   absl::StatusOr<bool> FollowOnce(FleetConnection& conn);
   // Adopts entries the fleet holds (serialized v1::Entry each, with where
   // they came from) into the store and the index; with `feed_seq`, the new
-  // feed position is written in the same transaction. Rows published by
-  // this daemon only move the position.
+  // feed position is written in the same transaction. Feed rows published
+  // by this daemon only move the position.
   absl::Status Adopt(const std::vector<FleetConnection::FeedRow>& rows,
                      uint64_t feed_seq);
-  absl::StatusOr<std::vector<OutboxRow>> ReadOutbox(int limit);
+  // Writes `entries` to the store and, for each of this fleet's
+  // fingerprint, its outbox row under `fence`, in one transaction (beyond
+  // outbox_limit an entry is stored but not queued, and counted).
+  absl::Status PutAndQueue(const std::vector<v1::Entry>& entries,
+                           uint64_t fence) ABSL_LOCKS_EXCLUDED(mu_);
+  // The outbox rows of these keys wait until as many LetGo calls (the
+  // entries reached the index); LetGo wakes the publisher.
+  void HoldBack(const std::vector<std::string>& key_ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void LetGo(const std::vector<std::string>& key_ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // Up to `limit` outbox rows with id > after_id, oldest first.
+  absl::StatusOr<std::vector<OutboxRow>> ReadOutbox(int64_t after_id,
+                                                    int limit);
   absl::Status RemoveFromOutbox(const std::vector<int64_t>& ids);
   // Acts on the fleet's answer to one outbox row (counts, logs, adopts the
   // canonical entry); true when the row is done with.
   bool Answered(const OutboxRow& row, const FleetConnection::PublishResult& r);
+  // PostgreSQL refused the data of `row`, published alone (`error` is
+  // INVALID_ARGUMENT): the row waits, backing off, while the rows behind it
+  // go on; true when this was its kMaxRefusals-th refusal and it leaves the
+  // outbox (logged, counted in FleetStatus.outbox_dropped).
+  bool Failed(const OutboxRow& row, const absl::Status& error);
 
   // Constant after construction.
   const FleetOptions options_;
@@ -172,12 +198,16 @@ class FleetLink final : public FleetHooks {
   absl::flat_hash_map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);
   // Keys waited on another daemon for, until that lease's end.
   absl::flat_hash_map<std::string, absl::Time> waited_ ABSL_GUARDED_BY(mu_);
-  // Keys a Claim is in progress for, and the signal that one ended.
-  absl::flat_hash_set<std::string> claiming_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar claimed_;
-  // Records between PersistRecord and RecordCommitted: not published yet.
-  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
-  // Outbox keys the fleet said another daemon holds: not before this time.
+  // The claim thread: runs the Claims that ask the fleet, in order. Made by
+  // Start; Stop drains it (what is queued then is answered locally).
+  std::unique_ptr<SerialExecutor> claims_ ABSL_GUARDED_BY(mu_);
+  // Keys between HoldBack and LetGo (a Record or an import on its way to
+  // the index), with how many: their outbox rows are not published yet.
+  absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Refusals of outbox rows by key id, since their row was queued.
+  absl::flat_hash_map<std::string, int> attempts_ ABSL_GUARDED_BY(mu_);
+  // Outbox keys not to publish before this time: another daemon holds
+  // them, or PostgreSQL refused their row (backing off).
   absl::flat_hash_map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
   uint64_t outbox_depth_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t feed_seq_ ABSL_GUARDED_BY(mu_) = 0;
@@ -193,6 +223,8 @@ class FleetLink final : public FleetHooks {
   std::atomic<uint64_t> adopted_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> local_only_claims_{0};
+  std::atomic<uint64_t> outbox_dropped_{0};
+  std::atomic<uint64_t> publish_errors_{0};
   int wake_fds_[2] = {-1, -1};  // a pipe: Stop wakes the follower's poll
   std::thread follower_;
   std::thread publisher_;

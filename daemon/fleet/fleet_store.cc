@@ -127,10 +127,18 @@ absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
     return absl::PermissionDeniedError(message);
   }
   if (code == "57014" || absl::StartsWith(code, "40") ||
-      absl::StartsWith(code, "08") || code == "55P03") {
+      absl::StartsWith(code, "08") || code == "55P03" ||
+      absl::StartsWith(code, "53") || absl::StartsWith(code, "57") ||
+      absl::StartsWith(code, "58")) {
     // canceled (statement_timeout), serialization/deadlock, connection,
-    // lock not available: worth a retry.
+    // lock not available, insufficient resources (disk full), operator
+    // intervention, system error: worth a retry.
     return absl::UnavailableError(message);
+  }
+  if (absl::StartsWith(code, "22") || absl::StartsWith(code, "23")) {
+    // data exception, integrity constraint violation: these values are
+    // refused, and would be again.
+    return absl::InvalidArgumentError(message);
   }
   return absl::InternalError(message);
 }

@@ -36,6 +36,11 @@
 //
 // Not thread-safe: one thread at a time per connection. Every call blocks on
 // the network for at most the statement timeout given to Connect.
+// A statement's error says what a retry may do: UNAVAILABLE when it may
+// succeed (connection, timeout, conflict, a server short of resources),
+// INVALID_ARGUMENT when PostgreSQL refused the values themselves (SQLSTATE
+// classes 22 and 23: a data exception, a constraint), PERMISSION_DENIED for
+// a missing grant, INTERNAL otherwise.
 #ifndef GPUTUNE_DAEMON_FLEET_FLEET_STORE_H_
 #define GPUTUNE_DAEMON_FLEET_FLEET_STORE_H_
 

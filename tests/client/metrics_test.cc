@@ -3,53 +3,16 @@
 // (GetMetrics) and in the --metrics_textfile written for node_exporter.
 // `promtool check metrics` (Debian's prometheus package) checks every text it
 // can.
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "tests/client/client_test_support.h"
 #include "tests/support/catch.h"
+#include "tests/support/metrics_text.h"
 
 namespace gputune::testing {
 namespace {
-
-// "name{labels}" -> value, for every sample line of a text.
-std::map<std::string, double> Samples(const std::string& text) {
-  std::map<std::string, double> out;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    REQUIRE(space != absl::string_view::npos);
-    double value = 0;
-    if (line.substr(space + 1) == "+Inf") {
-      value = HUGE_VAL;
-    } else {
-      REQUIRE(absl::SimpleAtod(line.substr(space + 1), &value));
-    }
-    out[std::string(line.substr(0, space))] = value;
-  }
-  return out;
-}
-
-// promtool's verdict on `text`; empty when it is clean. Skips (with a
-// warning, returning empty) when promtool is not installed.
-std::string Promtool(const std::string& dir, const std::string& text) {
-  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
-    WARN("skipped promtool: not installed (apt-get install prometheus)");
-    return "";
-  }
-  const std::string in = dir + "/check.prom", out = dir + "/promtool.out";
-  std::ofstream(in) << text;
-  const int rc = std::system(
-      ("promtool check metrics < " + in + " > " + out + " 2>&1").c_str());
-  const std::string said = ReadFile(out);
-  return rc == 0 ? said : "promtool failed: " + said;
-}
 
 std::string TempDir(const std::string& name) {
   const std::string dir = std::filesystem::temp_directory_path() /

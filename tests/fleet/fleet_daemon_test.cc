@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "tests/fleet/fleet_test_support.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/metrics_text.h"
 
 namespace gputune {
 namespace {
@@ -549,6 +551,194 @@ TEST_CASE(
   CHECK(pg.QueryNumber(
             "retune", "SELECT count(*) FROM fleet_entries WHERE NOT deleted") ==
         2);
+}
+
+}  // namespace gputune
+
+namespace gputune {
+namespace {
+
+// An entry of `d`'s fingerprint for `key` with `kernel` chosen, as an
+// operator's export holds it.
+v1::Entry ImportableEntry(const DaemonProcess& d, const v1::Key& key,
+                          const std::string& kernel) {
+  v1::Entry e;
+  *e.mutable_key() = key;
+  e.mutable_execution()->set_kernel(kernel);
+  *e.mutable_fingerprint() = Status(d).fingerprint();
+  return e;
+}
+
+grpc::Status Import(const DaemonProcess& d,
+                    const std::vector<v1::Entry>& entries) {
+  v1::ImportEntriesRequest req;
+  for (const v1::Entry& e : entries) *req.add_entries() = e;
+  v1::ImportEntriesResponse resp;
+  return d.Stub()->ImportEntries(Ctx().get(), req, &resp);
+}
+
+std::map<std::string, double> Metrics(const DaemonProcess& d) {
+  v1::GetMetricsResponse resp;
+  REQUIRE(d.AdminStub()->GetMetrics(Ctx().get(), {}, &resp).ok());
+  return testing::Samples(resp.text());
+}
+
+std::string MetricsText(const DaemonProcess& d) {
+  v1::GetMetricsResponse resp;
+  REQUIRE(d.AdminStub()->GetMetrics(Ctx().get(), {}, &resp).ok());
+  return resp.text();
+}
+
+// A series of `d`'s metrics (device="0" is on every series).
+double Metric(const DaemonProcess& d, const std::string& name) {
+  const std::map<std::string, double> all = Metrics(d);
+  auto it = all.find(name + "{device=\"0\"}");
+  INFO(name);
+  REQUIRE(it != all.end());
+  return it->second;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "entries imported into one daemon go through its outbox to the fleet and "
+    "the other daemons, and cannot replace a canonical fleet entry") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("import");
+  auto& [pg, conninfo, a, b] = fleet;
+  const v1::Key canonical = DenseKey(20, 64, 64);
+  REQUIRE(ClaimAndRecord(a, canonical, "recorded").ok());
+  REQUIRE(WaitUntil([&] { return AllHit(b, {canonical}); }));
+
+  std::vector<v1::Key> keys;
+  std::vector<v1::Entry> entries;
+  for (uint32_t m = 21; m <= 30; ++m) {
+    keys.push_back(DenseKey(m, 64, 64));
+    entries.push_back(
+        ImportableEntry(a, keys.back(), "imported-" + std::to_string(m)));
+  }
+  // Another fingerprint's entry: kept locally (STALE), never published.
+  const v1::Key foreign = DenseKey(31, 64, 64);
+  entries.push_back(ImportableEntry(a, foreign, "foreign"));
+  entries.back().mutable_fingerprint()->set_device_name("another GPU");
+  REQUIRE(Import(a, entries).ok());
+  REQUIRE(WaitUntil([&] { return AllHit(b, keys); }));
+  REQUIRE(WaitUntil([&] { return Status(a).fleet().outbox_depth() == 0; }));
+  for (uint32_t m = 21; m <= 30; ++m) {
+    const v1::Entry e = GetEntry(b, DenseKey(m, 64, 64));
+    CHECK(e.execution().kernel() == "imported-" + std::to_string(m));
+    CHECK(e.source() == v1::SOURCE_FLEET);
+    CHECK(e.fleet().published_source() == v1::SOURCE_IMPORTED);
+    CHECK(e.fleet().instance() == Status(a).fleet().instance());
+    CHECK(e.fleet().fence() == 0);  // an import holds no fleet claim
+  }
+  CHECK(GetEntry(a, foreign).execution().kernel() == "foreign");
+  CHECK(Lookup(b, foreign).state() == v1::KEY_STATE_MISS);
+  CHECK(pg.QueryNumber("import", "SELECT count(*) FROM fleet_entries") == 11);
+
+  // An import of a key the fleet has (on either daemon, the one that
+  // published it too) gives way to the fleet's entry.
+  for (const DaemonProcess* d : {&b, &a}) {
+    const uint64_t refused = Status(*d).fleet().refused();
+    REQUIRE(Import(*d, {ImportableEntry(*d, canonical, "import-over")}).ok());
+    REQUIRE(WaitUntil([&] { return Status(*d).fleet().refused() > refused; }));
+    REQUIRE(WaitUntil([&] {
+      return GetEntry(*d, canonical).execution().kernel() == "recorded";
+    }));
+    CHECK(Status(*d).fleet().outbox_depth() == 0);
+  }
+  CHECK(pg.QueryNumber("import", "SELECT count(*) FROM fleet_entries") == 11);
+  CHECK(pg.QueryNumber("import",
+                       "SELECT count(*) FROM fleet_entries WHERE "
+                       "position('import-over'::bytea IN entry) > 0") == 0);
+}
+
+TEST_CASE(
+    "a record PostgreSQL keeps refusing leaves the fleet outbox, logged and "
+    "counted, without holding up the 300 records behind it") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("refused");
+  auto& [pg, conninfo, a, b] = fleet;
+  // An operator's constraint that this one key breaks: a permanent refusal.
+  pg.Query("refused",
+           "ALTER TABLE fleet_entries ADD CONSTRAINT no_poison "
+           "CHECK (key_id NOT LIKE '%/poison/%')");
+  const v1::Key poison = DenseKey(1, 64, 64, "cs1", "poison");
+  std::vector<v1::Key> keys;
+  std::vector<v1::Entry> entries = {ImportableEntry(a, poison, "refused")};
+  for (uint32_t m = 1; m <= 300; ++m) {
+    keys.push_back(DenseKey(m, 64, 64));
+    entries.push_back(ImportableEntry(a, keys.back(), "k"));
+  }
+  // One transaction: the refused row is the oldest in the outbox, ahead of
+  // more than a page (256) of others.
+  REQUIRE(Import(a, entries).ok());
+  REQUIRE(WaitUntil([&] { return AllHit(b, keys); }, 30));
+  REQUIRE(WaitUntil([&] { return Status(a).fleet().outbox_depth() == 0; }, 30));
+  const v1::FleetStatus status = Status(a).fleet();
+  CHECK(status.outbox_dropped() == 1);
+  CHECK(status.publish_errors() >= 5);
+  CHECK(status.published() == 300);
+  CHECK(pg.QueryNumber("refused", "SELECT count(*) FROM fleet_entries") == 300);
+  CHECK(Lookup(a, poison).state() == v1::KEY_STATE_HIT);  // kept locally
+  CHECK(Lookup(b, poison).state() == v1::KEY_STATE_MISS);
+  CHECK(a.Log().find("dropped from the outbox") != std::string::npos);
+  CHECK(a.Log().find("no_poison") != std::string::npos);
+
+  // The metrics say the same.
+  CHECK(Metric(a, "gputune_fleet_outbox_dropped_total") == 1);
+  CHECK(Metric(a, "gputune_fleet_publish_errors_total") ==
+        static_cast<double>(status.publish_errors()));
+  CHECK(Metric(a, "gputune_fleet_published_total") == 300);
+  CHECK(Metric(a, "gputune_fleet_outbox_depth") == 0);
+  CHECK(Metric(b, "gputune_fleet_adopted_total") == 300);
+}
+
+TEST_CASE(
+    "the fleet metrics follow an outage: connected, outbox depth, feed lag, "
+    "publishes and adoptions move, and promtool accepts them") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("metrics");
+  auto& [pg, conninfo, a, b] = fleet;
+  CHECK(Metric(a, "gputune_fleet_connected") == 1);
+  CHECK(Metric(a, "gputune_fleet_outbox_depth") == 0);
+  CHECK(Metric(b, "gputune_fleet_feed_lag_seconds") == 0);
+
+  pg.Stop();
+  REQUIRE(WaitUntil([&] { return !Connected(a); }));
+  CHECK(Metric(a, "gputune_fleet_connected") == 0);
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(DenseKey(40 + i, 64, 64));
+    REQUIRE(ClaimAndRecord(a, keys.back(), "k").ok());
+  }
+  CHECK(Metric(a, "gputune_fleet_outbox_depth") == 3);
+  CHECK(Metric(a, "gputune_fleet_local_only_claims_total") >= 3);
+
+  pg.Start();
+  REQUIRE(WaitUntil([&] { return AllHit(b, keys); }));
+  REQUIRE(
+      WaitUntil([&] { return Metric(a, "gputune_fleet_outbox_depth") == 0; }));
+  CHECK(Metric(a, "gputune_fleet_connected") == 1);
+  CHECK(Metric(a, "gputune_fleet_published_total") == 3);
+  CHECK(Metric(b, "gputune_fleet_adopted_total") == 3);
+  CHECK(Metric(b, "gputune_fleet_feed_lag_seconds") > 0);
+  CHECK(Metric(b, "gputune_fleet_feed_backlog") == 0);
+
+  // While a tunes a key (slowly), its fleet claim shows, and b waits on it.
+  v1::TuneDenseRequest req;
+  *req.mutable_key() = DenseKey(44, 128, 128);
+  req.set_wait(false);
+  v1::TuneDenseResponse resp;
+  REQUIRE(a.Stub()->TuneDense(Ctx().get(), req, &resp).ok());
+  REQUIRE(
+      WaitUntil([&] { return Metric(a, "gputune_fleet_claims_held") == 1; }));
+  REQUIRE(b.Stub()->TuneDense(Ctx().get(), req, &resp).ok());
+  CHECK(resp.status().state() == v1::KEY_STATE_PENDING);
+  CHECK(Metric(b, "gputune_fleet_claims_waited") == 1);
+
+  CHECK(testing::Promtool(a.dir(), MetricsText(a)) == "");
+  CHECK(testing::Promtool(b.dir(), MetricsText(b)) == "");
 }
 
 }  // namespace gputune
