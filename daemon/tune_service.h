@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/arbiter.h"
 #include "daemon/authority.h"
+#include "daemon/change_feed.h"
 #include "daemon/clock.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
@@ -66,20 +67,19 @@ inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
 // and no message; these answer INVALID_ARGUMENT saying the request could not
 // be parsed. On the wire all methods are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
-    v1::TuneService::WithRawCallbackMethod_BatchLookup<
-        v1::TuneService::WithRawCallbackMethod_Claim<v1::TuneService::WithRawCallbackMethod_Renew<
-            v1::TuneService::WithRawCallbackMethod_Record<
-                v1::TuneService::WithRawCallbackMethod_Abandon<
-                    v1::TuneService::WithRawCallbackMethod_Watch<
-                        v1::TuneService::WithRawCallbackMethod_ListEntries<
-                            v1::TuneService::WithRawCallbackMethod_GetEntry<
-                                v1::TuneService::WithRawCallbackMethod_DeleteEntries<
-                                    v1::TuneService::WithRawCallbackMethod_ImportEntries<
-                                        v1::TuneService::WithRawCallbackMethod_GetStatus<
-                                            v1::TuneService::
-                                                WithRawCallbackMethod_TuneDense<
-                                                    v1::TuneService::
-                                                        CallbackService>>>>>>>>>>>>>;
+    v1::TuneService::WithRawCallbackMethod_BatchLookup<v1::TuneService::WithRawCallbackMethod_Claim<
+        v1::TuneService::WithRawCallbackMethod_Renew<v1::TuneService::WithRawCallbackMethod_Record<
+            v1::TuneService::WithRawCallbackMethod_Abandon<v1::TuneService::WithRawCallbackMethod_Watch<
+                v1::TuneService::WithRawCallbackMethod_ListEntries<
+                    v1::TuneService::WithRawCallbackMethod_GetEntry<
+                        v1::TuneService::WithRawCallbackMethod_DeleteEntries<
+                            v1::TuneService::WithRawCallbackMethod_ImportEntries<
+                                v1::TuneService::WithRawCallbackMethod_GetStatus<
+                                    v1::TuneService::WithRawCallbackMethod_TuneDense<
+                                        v1::TuneService::
+                                            WithRawCallbackMethod_SubscribeChanges<
+                                                v1::TuneService::
+                                                    CallbackService>>>>>>>>>>>>>>;
 using AdminServiceBase = v1::AdminService::WithRawCallbackMethod_Backup<
     v1::AdminService::WithRawCallbackMethod_SetLogLevel<
         v1::AdminService::WithRawCallbackMethod_GetMetrics<
@@ -102,6 +102,10 @@ class TuneServiceImpl final : public TuneServiceBase {
   // With a fleet tier: Claim, Record and GetStatus go through it. Call
   // before serving; null: no fleet.
   void set_fleet(FleetHooks* fleet) { fleet_ = fleet; }
+
+  // The feed SubscribeChanges streams from; set before serving. Null:
+  // SubscribeChanges is UNIMPLEMENTED.
+  void set_change_feed(ChangeFeed* feed) { feed_ = feed; }
 
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
@@ -144,6 +148,11 @@ class TuneServiceImpl final : public TuneServiceBase {
   grpc::ServerUnaryReactor* TuneDense(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // A SubscribeChangesRequest in, SubscribeChangesResponses out
+  // (daemon/change_feed.h).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubscribeChanges(
+      grpc::CallbackServerContext* ctx,
+      const grpc::ByteBuffer* request) override;
 
  private:
   // The store query for a filter; nullopt when nothing can match.
@@ -159,6 +168,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   Authority* const authority_;
   DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
   FleetHooks* fleet_ = nullptr;       // set before serving; may stay null
+  ChangeFeed* feed_ = nullptr;        // set before serving; may stay null
 };
 
 class AdminServiceImpl final : public AdminServiceBase {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/src/change_stream.h"
 #include "client/src/lease_renewer.h"
 #include "client/src/memo.h"
 #include "client/src/refresher.h"
@@ -37,9 +38,11 @@ class Client::Impl {
        client_internal::Rpc::ChannelFactory factory);
 
   // Memoises a HIT and wraps the status for the caller.
-  LookupResult Remember(
-      const v1::Key& key,
-      std::shared_ptr<const client_internal::LookupCell> cell);
+  // With `since` (memo.generation() before the answer was asked for), not
+  // memoised when the change feed changed the memo meanwhile.
+  LookupResult Remember(const v1::Key& key,
+                        std::shared_ptr<const client_internal::LookupCell> cell,
+                        uint64_t since = client_internal::Memo::kAnyGeneration);
   LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
   // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);
   // appends a result per key to `out`.
@@ -60,6 +63,9 @@ class Client::Impl {
   client_internal::Memo memo;
   client_internal::Refresher refresher;
   client_internal::LeaseRenewer renewer;
+  // The change feed, when the memo is on and options.follow_changes; null
+  // otherwise. Last: stopped before the memo and the connection go.
+  std::unique_ptr<client_internal::ChangeStream> changes;
 };
 
 namespace client_internal {

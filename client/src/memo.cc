@@ -26,6 +26,12 @@ int64_t Memo::CoarseNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+int64_t Memo::DueAt() const {
+  return ttl_ns_ == std::numeric_limits<int64_t>::max()
+             ? ttl_ns_
+             : CoarseNowNs() + ttl_ns_;
+}
+
 const Memo::Shard& Memo::ShardFor(const KeyView& v) const {
   // Numbers only: cheaper than a second full hash, and keys of one role
   // usually differ in their shape.
@@ -56,17 +62,17 @@ std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
 }
 
 void Memo::Put(const v1::Key& key,
-               const std::shared_ptr<const LookupCell>& status) {
+               const std::shared_ptr<const LookupCell>& status,
+               uint64_t since) {
   if (shard_capacity_ == 0 || status == nullptr ||
       status->state() != v1::KEY_STATE_HIT) {
     return;
   }
   const KeyView view = KeyView::Of(key);
-  const int64_t due_at = ttl_ns_ == std::numeric_limits<int64_t>::max()
-                             ? ttl_ns_
-                             : CoarseNowNs() + ttl_ns_;
+  const int64_t due_at = DueAt();
   Shard& shard = ShardFor(view);
   SharedWriterLock lock(&shard.mu);
+  if (since != kAnyGeneration && generation_.load() != since) return;
   auto it = shard.map.find(view);
   if (it != shard.map.end()) {
     it->second = Slot{status, due_at};
@@ -90,6 +96,33 @@ void Memo::Clear() {
     SharedWriterLock lock(&shard.mu);
     shard.map.clear();
   }
+}
+
+void Memo::Invalidate(const v1::Key& key) {
+  const KeyView view = KeyView::Of(key);
+  Shard& shard = ShardFor(view);
+  SharedWriterLock lock(&shard.mu);
+  generation_.fetch_add(1);
+  auto it = shard.map.find(view);
+  if (it != shard.map.end()) shard.map.erase(it);
+}
+
+bool Memo::Replace(const v1::Key& key,
+                   const std::shared_ptr<const LookupCell>& status) {
+  const KeyView view = KeyView::Of(key);
+  Shard& shard = ShardFor(view);
+  SharedWriterLock lock(&shard.mu);
+  generation_.fetch_add(1);
+  auto it = shard.map.find(view);
+  if (it == shard.map.end()) return false;
+  it->second.status = status;
+  it->second.due_at_ns = DueAt();
+  return true;
+}
+
+void Memo::InvalidateAll() {
+  generation_.fetch_add(1);
+  Clear();
 }
 
 size_t Memo::size() const {
