@@ -53,8 +53,10 @@ void ChangeStream::Apply(const v1::SubscribeChangesResponse& message,
   const auto& changes = message.changes();
   if (message.reset() || message.epoch() != *epoch) {
     // Another start of the daemon, or changes it no longer has: whatever
-    // the memo holds may be out of date.
-    memo->InvalidateAll();
+    // the memo holds may be out of date. (Not on the first stream: what
+    // the memo took before it is as new as the stream's start, give or take
+    // a change in between, which memo_ttl catches.)
+    if (*epoch != 0) memo->InvalidateAll();
     *epoch = message.epoch();
     *last_seq = changes.empty() ? message.head_seq() : changes[0].seq() - 1;
   }

@@ -6,8 +6,10 @@
 // Sequence numbers make a reconnect resume where the stream stopped, without
 // loss or duplication; when the daemon cannot resume it (it restarted: a new
 // epoch; or the changes were no longer kept) it says reset, and the memo is
-// cleared. While there is no stream (the daemon is down, or cut this client
-// off for falling behind) the memo's ttl is what re-checks entries; the
+// cleared - except on the client's first stream, which finds the memo as
+// new as itself (a change between a Lookup just before it and its start is
+// left to memo_ttl). While there is no stream (the daemon is down, or cut this
+// client off for falling behind) the memo's ttl is what re-checks entries; the
 // thread reconnects with backoff.
 //
 // The stream is not a call of the circuit breaker's: it never opens or

