@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "daemon/change_feed.h"
 #include "daemon/metrics.h"
 #include "proto/entry_summary.h"
 #include "proto/fingerprint.h"
@@ -348,13 +349,16 @@ void Arbiter::CommitRecord(const RecordTicket& ticket, const v1::Entry& entry) {
   std::vector<Notification> notes;
   {
     absl::MutexLock lock(&mu_);
+    std::string replaced = EntryCandidateSetLocked(ticket.key_id);
     SetEntryLocked(ticket.key_id, entry);
+    PublishLocked(v1::CHANGE_KIND_RECORDED, ticket.key_id, std::move(replaced));
     Slot& slot = slots_[ticket.key_id];
     slot.lease.reset();
     if (slot.cooldown) slot.cooldown->abandons.clear();
     claims_.erase(ticket.claim_id);
     CollectLocked(ticket.key_id, now, &notes);
   }
+  FlushFeed();
   Deliver(notes);
 }
 
@@ -415,10 +419,13 @@ void Arbiter::Install(const std::vector<v1::Entry>& entries) {
     absl::MutexLock lock(&mu_);
     for (const v1::Entry& entry : entries) {
       const std::string key_id = KeyId(entry.key());
+      std::string replaced = EntryCandidateSetLocked(key_id);
       SetEntryLocked(key_id, entry);
+      PublishLocked(v1::CHANGE_KIND_RECORDED, key_id, std::move(replaced));
       CollectLocked(key_id, now, &notes);
     }
   }
+  FlushFeed();
   Deliver(notes);
 }
 
@@ -431,6 +438,7 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       auto it = slots_.find(key_id);
       if (it == slots_.end() || !it->second.has_entry()) continue;
       Slot& slot = it->second;
+      PublishLocked(v1::CHANGE_KIND_DELETED, key_id, "");
       ForgetEntryLocked(key_id, slot);
       slot.entry_summary.reset();
       slot.entry_candidate_set = nullptr;
@@ -438,6 +446,7 @@ void Arbiter::Erase(const std::vector<std::string>& key_ids) {
       MaybeEraseSlotLocked(key_id);
     }
   }
+  FlushFeed();
   Deliver(notes);
 }
 
@@ -594,6 +603,26 @@ void Arbiter::MaybeEraseSlotLocked(const std::string& key_id) {
         slot.cooldown->backoff_until == absl::InfinitePast()))) {
     slots_.erase(it);
   }
+}
+
+std::string Arbiter::EntryCandidateSetLocked(const std::string& key_id) const {
+  auto it = slots_.find(key_id);
+  if (it == slots_.end() || !it->second.has_entry()) return "";
+  return *it->second.entry_candidate_set;
+}
+
+void Arbiter::PublishLocked(v1::ChangeKind kind, const std::string& key_id,
+                            std::string replaced_candidate_set) {
+  if (feed_ == nullptr) return;
+  auto it = slots_.find(key_id);
+  if (it == slots_.end()) return;
+  feed_->Publish(kind, it->second.entry_summary,
+                 std::move(replaced_candidate_set),
+                 !it->second.fingerprint_matches);
+}
+
+void Arbiter::FlushFeed() const {
+  if (feed_ != nullptr) feed_->Flush();
 }
 
 void Arbiter::Deliver(const std::vector<Notification>& notes) {

@@ -51,6 +51,7 @@
 
 namespace gputune {
 
+class ChangeFeed;     // daemon/change_feed.h
 class DaemonMetrics;  // daemon/metrics.h
 
 struct ArbiterOptions {
@@ -161,6 +162,11 @@ class Arbiter {
   void Install(const std::vector<v1::Entry>& entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Entries deleted from the store: dropped from the index, watchers woken.
   void Erase(const std::vector<std::string>& key_ids) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Publishes every change of an entry (CommitRecord, Install, Erase) to
+  // `feed`, numbered in the order the index changed. Set before serving (after
+  // LoadSummary), or never; must outlive the arbiter's use.
+  void set_change_feed(ChangeFeed* feed) { feed_ = feed; }
 
   // Calls fn with the key's current status, then after each change of it,
   // until Unwatch. Returns the watch id.
@@ -301,12 +307,22 @@ class Arbiter {
   absl::StatusOr<Slot*> LiveClaimLocked(uint64_t claim_id, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Deliver(const std::vector<Notification>& notes);
+  // The candidate set of key_id's entry; empty when it has none.
+  std::string EntryCandidateSetLocked(const std::string& key_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Publishes to feed_ (if set) that key_id's entry was recorded (its new
+  // entry) or is being deleted (the entry still in the slot).
+  void PublishLocked(v1::ChangeKind kind, const std::string& key_id,
+                     std::string replaced_candidate_set)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushFeed() const;
 
   // Constant after construction.
   const ArbiterOptions options_;
   const Clock* const clock_;
   const ClaimIdReserver reserver_;
   const std::optional<std::string> fingerprint_digest_;
+  ChangeFeed* feed_ = nullptr;  // set before serving; may stay null
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Slot> slots_ ABSL_GUARDED_BY(mu_);

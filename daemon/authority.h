@@ -1,7 +1,8 @@
 // Authority: who may do what on gputuned's shared socket.
 //
-// Every process that can open the socket may look up, claim, record, watch
-// and ask for benchmarks (what inference processes need). The operator calls
+// Every process that can open the socket may look up, claim, record, watch,
+// subscribe to changes and ask for benchmarks (what inference processes
+// need). The operator calls
 // - DeleteEntries, ImportEntries, Backup, SetLogLevel - change or expose the
 // whole cache or the daemon, so they need an operator peer: one whose
 // SO_PEERCRED says root, the daemon's own user, or a member (primary or

@@ -163,6 +163,10 @@ const std::vector<Option>& Options() {
           &Config::backoff_window),
       Dur("backoff_cooldown", "how long a key stays in BACKOFF",
           &Config::backoff_cooldown),
+      Int("subscriber_max_lag",
+          "changes a SubscribeChanges stream may fall behind before it is "
+          "cut off",
+          &Config::subscriber_max_lag, 1, 1 << 20),
       Int("queue_capacity",
           "benchmark jobs that may wait (then RESOURCE_EXHAUSTED)",
           &Config::queue_capacity, 1, 1 << 20),

@@ -92,6 +92,9 @@ struct Config {
 
   // Server.
   int max_message_bytes = 64 << 20;
+  // Changes the feed keeps (SubscribeChanges): how far a subscriber may fall
+  // behind before it is cut off.
+  int subscriber_max_lag = 4096;
   // How long SIGTERM lets calls in flight finish. gRPC's Server::Shutdown
   // waits this long whenever a client keeps an idle connection open (every
   // inference server does), and our unary calls finish in milliseconds once

@@ -245,6 +245,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                config.db, absl::FormatDuration(load_start - open_start), loaded,
                absl::FormatDuration(absl::Now() - load_start));
   malloc_trim(0);  // hand loading's transient pages back to the system
+  ChangeFeedOptions feed_options;
+  feed_options.max_lag = static_cast<size_t>(config.subscriber_max_lag);
+  d->change_feed_ = std::make_unique<ChangeFeed>(feed_options);
+  d->arbiter_->set_change_feed(d->change_feed_.get());
   d->store_executor_ = std::make_unique<SerialExecutor>();
   JobQueueOptions job_options;
   job_options.metrics = d->metrics_.get();
@@ -310,6 +314,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
   d->admin_service_->set_metrics(d->metrics_.get());
   d->tune_service_->set_metrics(d->metrics_.get());
+  d->tune_service_->set_change_feed(d->change_feed_.get());
   if (!config.fleet.empty()) {
     if (!info.fingerprint_digest) {
       spdlog::warn(
@@ -404,6 +409,9 @@ void Daemon::Shutdown() {
   if (jobs_) jobs_->Stop();
   if (revalidator_) revalidator_->Stop();  // its re-tune was answered
   if (listener_) listener_->Stop();  // no new connections; removes the socket
+  // Change streams never end by themselves: end them so that the server's
+  // shutdown does not wait out its grace for them.
+  if (change_feed_) change_feed_->Close();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(config_.shutdown_grace));

@@ -84,6 +84,7 @@ class Daemon {
   std::unique_ptr<DaemonMetrics> metrics_;
   std::unique_ptr<storage::TuneStore> store_;
   std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<ChangeFeed> change_feed_;  // outlives the arbiter's use
   std::unique_ptr<Arbiter> arbiter_;
   std::unique_ptr<SerialExecutor> store_executor_;
   std::unique_ptr<JobQueue> jobs_;

@@ -156,6 +156,13 @@ absl::Status ValidateClaimId(uint64_t id) {
                  : absl::OkStatus();
 }
 
+// A stream refused before it began.
+class Refuse final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
+  void OnDone() override { delete this; }
+};
+
 // Streams a key's status changes until HIT or cancellation.
 //
 // Two locks. `Alive::mu` keeps the reactor alive while the arbiter's
@@ -591,11 +598,6 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Abandon(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::Watch(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes) {
-  class Refuse final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
-   public:
-    explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
-    void OnDone() override { delete this; }
-  };
   (void)ctx;
   v1::WatchRequest request;
   if (!ParseRequest(*request_bytes, &request)) {
@@ -605,6 +607,22 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::Watch(
     return new Refuse(s);
   }
   return new WatchReactor(arbiter_, request.key());
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::SubscribeChanges(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request_bytes) {
+  // Anyone who may look up may subscribe (an inference-process call).
+  v1::SubscribeChangesRequest request;
+  if (!ParseRequest(*request_bytes, &request)) {
+    return new Refuse(NotParsed<v1::SubscribeChangesRequest>());
+  }
+  if (feed_ == nullptr) {
+    return new Refuse(
+        absl::UnimplementedError("this gputuned has no change feed"));
+  }
+  absl::Status refused;
+  auto* reactor = feed_->Subscribe(ctx, request, &refused);
+  return reactor != nullptr ? reactor : new Refuse(refused);
 }
 
 std::optional<storage::EntryQuery> TuneServiceImpl::QueryFor(

@@ -19,6 +19,7 @@
 #include "daemon/answer_budget.h"
 #include "daemon/arbiter.h"
 #include "daemon/authority.h"
+#include "daemon/change_feed.h"
 #include "daemon/clock.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
@@ -71,20 +72,19 @@ inline constexpr size_t kAnswerMemoryBytes = size_t{256} << 20;
 // and no message; these answer INVALID_ARGUMENT saying the request could not
 // be parsed. On the wire all methods are the messages of tune.proto.
 using TuneServiceBase = v1::TuneService::WithRawCallbackMethod_Lookup<
-    v1::TuneService::WithRawCallbackMethod_BatchLookup<
-        v1::TuneService::WithRawCallbackMethod_Claim<v1::TuneService::WithRawCallbackMethod_Renew<
-            v1::TuneService::WithRawCallbackMethod_Record<
-                v1::TuneService::WithRawCallbackMethod_Abandon<
-                    v1::TuneService::WithRawCallbackMethod_Watch<
-                        v1::TuneService::WithRawCallbackMethod_ListEntries<
-                            v1::TuneService::WithRawCallbackMethod_GetEntry<
-                                v1::TuneService::WithRawCallbackMethod_DeleteEntries<
-                                    v1::TuneService::WithRawCallbackMethod_ImportEntries<
-                                        v1::TuneService::WithRawCallbackMethod_GetStatus<
-                                            v1::TuneService::
-                                                WithRawCallbackMethod_TuneDense<
-                                                    v1::TuneService::
-                                                        CallbackService>>>>>>>>>>>>>;
+    v1::TuneService::WithRawCallbackMethod_BatchLookup<v1::TuneService::WithRawCallbackMethod_Claim<
+        v1::TuneService::WithRawCallbackMethod_Renew<v1::TuneService::WithRawCallbackMethod_Record<
+            v1::TuneService::WithRawCallbackMethod_Abandon<v1::TuneService::WithRawCallbackMethod_Watch<
+                v1::TuneService::WithRawCallbackMethod_ListEntries<
+                    v1::TuneService::WithRawCallbackMethod_GetEntry<
+                        v1::TuneService::WithRawCallbackMethod_DeleteEntries<
+                            v1::TuneService::WithRawCallbackMethod_ImportEntries<
+                                v1::TuneService::WithRawCallbackMethod_GetStatus<
+                                    v1::TuneService::WithRawCallbackMethod_TuneDense<
+                                        v1::TuneService::
+                                            WithRawCallbackMethod_SubscribeChanges<
+                                                v1::TuneService::
+                                                    CallbackService>>>>>>>>>>>>>>;
 using AdminServiceBase = v1::AdminService::WithRawCallbackMethod_Backup<
     v1::AdminService::WithRawCallbackMethod_SetLogLevel<
         v1::AdminService::WithRawCallbackMethod_GetMetrics<
@@ -113,6 +113,9 @@ class TuneServiceImpl final : public TuneServiceBase {
   void set_revalidator(const Revalidator* revalidator) {
     revalidator_ = revalidator;
   }
+  // The feed SubscribeChanges streams from; set before serving. Null:
+  // SubscribeChanges is UNIMPLEMENTED.
+  void set_change_feed(ChangeFeed* feed) { feed_ = feed; }
 
   // A LookupRequest in, a LookupResponse out.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
@@ -155,6 +158,11 @@ class TuneServiceImpl final : public TuneServiceBase {
   grpc::ServerUnaryReactor* TuneDense(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // A SubscribeChangesRequest in, SubscribeChangesResponses out
+  // (daemon/change_feed.h).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubscribeChanges(
+      grpc::CallbackServerContext* ctx,
+      const grpc::ByteBuffer* request) override;
 
  private:
   // The store query for a filter; nullopt when nothing can match.
@@ -171,6 +179,7 @@ class TuneServiceImpl final : public TuneServiceBase {
   DaemonMetrics* metrics_ = nullptr;  // set before serving; may stay null
   FleetHooks* fleet_ = nullptr;       // set before serving; may stay null
   const Revalidator* revalidator_ = nullptr;  // likewise
+  ChangeFeed* feed_ = nullptr;                // likewise
   AnswerBudget answer_budget_{kAnswerMemoryBytes};
   AnswerBudget* answer_budget() { return &answer_budget_; }
 };

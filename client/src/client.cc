@@ -142,11 +142,15 @@ Client::Impl::Impl(const ClientOptions& options, std::string endpoint,
             return rpc.Call(&v1::TuneService::Stub::Renew, request, &response,
                             deadline);
           },
-          options.deadline) {}
+          options.deadline) {
+  if (options.follow_changes && memo.enabled()) {
+    changes = std::make_unique<client_internal::ChangeStream>(&rpc, &memo);
+  }
+}
 
 LookupResult Client::Impl::Remember(
-    std::shared_ptr<const client_internal::LookupCell> cell) {
-  memo.Put(cell);
+    std::shared_ptr<const client_internal::LookupCell> cell, uint64_t since) {
+  memo.Put(cell, since);
   return client_internal::ResultAccess::Make(std::move(cell),
                                              /*from_memo=*/false);
 }
@@ -197,6 +201,7 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
   // last reference to a channel must not go on one of its own threads).
   std::shared_ptr<const client_internal::Connection> connection;
   if (absl::Status s = rpc.Admit(&connection); !s.ok()) return s;
+  const uint64_t since = memo.generation();
   std::vector<std::unique_ptr<BatchPart>> started;
   for (size_t p = 0; p < parts; ++p) {
     auto part = std::make_unique<BatchPart>();
@@ -254,7 +259,7 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
             "] as the same as keys[", part->first + status.same_as() - 1,
             "], which is not before it"));
       }
-      out->push_back(Remember(cells[i]));
+      out->push_back(Remember(cells[i], since));
     }
   }
   return absl::OkStatus();
@@ -322,14 +327,17 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   auto* request = Arena::CreateMessage<v1::LookupRequest>(arena.get());
   *request->mutable_key() = key;
   auto* response = Arena::CreateMessage<v1::LookupResponse>(arena.get());
+  const uint64_t since = impl_->memo.generation();
   if (absl::Status s =
           impl_->rpc.Call(&v1::TuneService::Stub::Lookup, *request, response,
                           impl_->options.lookup_deadline);
       !s.ok()) {
     return s;
   }
-  return impl_->Remember(std::make_shared<const client_internal::LookupCell>(
-      std::move(arena), &request->key(), &response->status()));
+  return impl_->Remember(
+      std::make_shared<const client_internal::LookupCell>(
+          std::move(arena), &request->key(), &response->status()),
+      since);
 }
 
 LookupResult Client::TryLookup(const v1::Key& key) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/src/change_stream.h"
 #include "client/src/lease_renewer.h"
 #include "client/src/memo.h"
 #include "client/src/refresher.h"
@@ -37,9 +38,10 @@ class Client::Impl {
        client_internal::Rpc::ChannelFactory factory);
 
   // Memoises a HIT (under the cell's key) and wraps the status for the
-  // caller.
-  LookupResult Remember(
-      std::shared_ptr<const client_internal::LookupCell> cell);
+  // caller. With `since` (memo.generation() before the answer was asked
+  // for), not memoised when the change feed changed the memo meanwhile.
+  LookupResult Remember(std::shared_ptr<const client_internal::LookupCell> cell,
+                        uint64_t since = client_internal::Memo::kAnyGeneration);
   LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
   // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);
   // appends a result per key to `out`.
@@ -60,6 +62,9 @@ class Client::Impl {
   client_internal::Memo memo;
   client_internal::Refresher refresher;
   client_internal::LeaseRenewer renewer;
+  // The change feed, when the memo is on and options.follow_changes; null
+  // otherwise. Last: stopped before the memo and the connection go.
+  std::unique_ptr<client_internal::ChangeStream> changes;
 };
 
 namespace client_internal {

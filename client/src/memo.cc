@@ -26,6 +26,12 @@ int64_t Memo::CoarseNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+int64_t Memo::DueAt() const {
+  return ttl_ns_ == std::numeric_limits<int64_t>::max()
+             ? ttl_ns_
+             : CoarseNowNs() + ttl_ns_;
+}
+
 const Memo::Shard& Memo::ShardFor(size_t hash) const {
   // The top bits: the maps inside a shard use the low ones.
   return shards_[(static_cast<uint64_t>(hash) >> 60) % kShards];
@@ -51,26 +57,29 @@ std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
   return it->second.status;
 }
 
-void Memo::Put(const std::shared_ptr<const LookupCell>& status) {
-  if (shard_capacity_ == 0 || status == nullptr ||
-      status->state() != v1::KEY_STATE_HIT) {
-    return;
-  }
-  const MemoKey* key = &status->memo_key();
-  const size_t hash = HashKey(key->View());
-  const int64_t due_at = ttl_ns_ == std::numeric_limits<int64_t>::max()
-                             ? ttl_ns_
-                             : CoarseNowNs() + ttl_ns_;
-  Shard& shard = ShardFor(hash);
-  SharedWriterLock lock(&shard.mu);
+void Memo::SetLocked(Shard& shard, Map::iterator it,
+                     const std::shared_ptr<const LookupCell>& status) {
   // The map's key points into the slot's cell: a new cell replaces both.
-  auto it = shard.map.find(key->View(), hash);
   if (it != shard.map.end()) {
     shard.map.erase(it);
   } else if (shard.map.size() >= shard_capacity_) {
     shard.map.erase(shard.map.begin());
   }
-  shard.map.emplace(key, Slot{status, due_at});
+  shard.map.emplace(&status->memo_key(), Slot{status, DueAt()});
+}
+
+void Memo::Put(const std::shared_ptr<const LookupCell>& status,
+               uint64_t since) {
+  if (shard_capacity_ == 0 || status == nullptr ||
+      status->state() != v1::KEY_STATE_HIT) {
+    return;
+  }
+  const KeyView view = status->memo_key().View();
+  const size_t hash = HashKey(view);
+  Shard& shard = ShardFor(hash);
+  SharedWriterLock lock(&shard.mu);
+  if (since != kAnyGeneration && generation_.load() != since) return;
+  SetLocked(shard, shard.map.find(view, hash), status);
 }
 
 void Memo::Erase(const v1::Key& key) {
@@ -88,6 +97,33 @@ void Memo::Clear() {
     SharedWriterLock lock(&shard.mu);
     shard.map.clear();
   }
+}
+
+void Memo::Invalidate(const v1::Key& key) {
+  const KeyView view = KeyView::Of(key);
+  const size_t hash = HashKey(view);
+  Shard& shard = ShardFor(hash);
+  SharedWriterLock lock(&shard.mu);
+  generation_.fetch_add(1);
+  auto it = shard.map.find(view, hash);
+  if (it != shard.map.end()) shard.map.erase(it);
+}
+
+bool Memo::Replace(const std::shared_ptr<const LookupCell>& status) {
+  const KeyView view = status->memo_key().View();
+  const size_t hash = HashKey(view);
+  Shard& shard = ShardFor(hash);
+  SharedWriterLock lock(&shard.mu);
+  generation_.fetch_add(1);
+  auto it = shard.map.find(view, hash);
+  if (it == shard.map.end()) return false;
+  SetLocked(shard, it, status);
+  return true;
+}
+
+void Memo::InvalidateAll() {
+  generation_.fetch_add(1);
+  Clear();
 }
 
 size_t Memo::size() const {

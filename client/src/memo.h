@@ -16,6 +16,7 @@
 #define GPUTUNE_CLIENT_SRC_MEMO_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,10 +76,26 @@ class Memo {
   // older than ttl (the caller should re-check it in the background).
   std::shared_ptr<const LookupCell> Find(const v1::Key& key, bool* due) const;
   // Memoises a HIT under its cell's key (anything else is ignored),
-  // replacing what was there.
-  void Put(const std::shared_ptr<const LookupCell>& status);
+  // replacing what was there. With `since` (a generation() read before the
+  // answer was asked for): not when a change was applied since, which may be
+  // newer than the answer.
+  static constexpr uint64_t kAnyGeneration = ~uint64_t{0};
+  void Put(const std::shared_ptr<const LookupCell>& status,
+           uint64_t since = kAnyGeneration);
   void Erase(const v1::Key& key);
   void Clear();
+
+  // Changes the daemon announced (client/src/change_stream.h). Each counts
+  // as a new generation, so that an answer asked for before it is not
+  // memoised after it.
+  uint64_t generation() const { return generation_.load(); }
+  // Drops the key's entry.
+  void Invalidate(const v1::Key& key);
+  // Replaces the entry of `status`'s key with `status` (a HIT) if the memo
+  // holds the key; returns whether it did.
+  bool Replace(const std::shared_ptr<const LookupCell>& status);
+  // Drops everything.
+  void InvalidateAll();
   size_t size() const;
   bool enabled() const { return shard_capacity_ > 0; }
 
@@ -98,14 +115,24 @@ class Memo {
   // A monotonic clock at a few milliseconds' resolution, for the ttl check
   // on the hot path (CLOCK_MONOTONIC_COARSE: a few ns through the vDSO).
   static int64_t CoarseNowNs();
+  // When an entry put now is due.
+  int64_t DueAt() const;
   // The shard of a key with HashKey() `hash`.
   const Shard& ShardFor(size_t hash) const;
   Shard& ShardFor(size_t hash);
+  // Puts `status` in `shard`'s map under its cell's key, in place of what
+  // the map holds for that key (`it`, or end()).
+  using Map = absl::flat_hash_map<const MemoKey*, Slot, MemoKeyHash, MemoKeyEq>;
+  void SetLocked(Shard& shard, Map::iterator it,
+                 const std::shared_ptr<const LookupCell>& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
 
   // Constant after construction.
   const size_t shard_capacity_;
   const int64_t ttl_ns_;  // INT64_MAX: never due
   std::array<Shard, kShards> shards_;
+  // Bumped under the shard lock of the key changed (all of them: first).
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace gputune::client_internal

@@ -51,18 +51,25 @@ absl::Status Rpc::Admit(std::shared_ptr<const Connection>* connection,
   bool probe = false;
   if (absl::Status s = breaker_.Admit(may_probe, &probe); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (probe) {
-    if (factory_ != nullptr &&
-        connection_->channel->GetState(/*try_to_connect=*/false) !=
-            GRPC_CHANNEL_READY) {
-      connection_ = std::make_shared<const Connection>(factory_());
-    } else {
-      grpc::experimental::ChannelResetConnectionBackoff(
-          connection_->channel.get());
-    }
-  }
+  if (probe) RetryNowLocked();
   *connection = connection_;
   return absl::OkStatus();
+}
+
+void Rpc::RetryNowLocked() {
+  if (factory_ != nullptr &&
+      connection_->channel->GetState(/*try_to_connect=*/false) !=
+          GRPC_CHANNEL_READY) {
+    connection_ = std::make_shared<const Connection>(factory_());
+  } else {
+    grpc::experimental::ChannelResetConnectionBackoff(
+        connection_->channel.get());
+  }
+}
+
+void Rpc::RetryNow(const Connection* failed) {
+  absl::MutexLock lock(&mu_);
+  if (connection_.get() == failed) RetryNowLocked();
 }
 
 absl::Status Rpc::Conclude(const grpc::Status& status,

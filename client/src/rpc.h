@@ -101,6 +101,11 @@ class Rpc {
   absl::Status Admit(std::shared_ptr<const Connection>* connection,
                      bool may_probe = true) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What a probe does, for a stream outside the breaker that failed on
+  // `failed` (unless the connection was replaced already): a channel that is
+  // not connected is replaced, else its reconnect backoff reset.
+  void RetryNow(const Connection* failed) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Reports a finished call (also a stream) to the breaker and translates
   // its status (see Call); Translate only translates.
   absl::Status Conclude(const grpc::Status& status, absl::Duration deadline);
@@ -121,6 +126,8 @@ class Rpc {
   const std::string hint_;
 
   CircuitBreaker breaker_;
+
+  void RetryNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   std::shared_ptr<const Connection> connection_ ABSL_GUARDED_BY(mu_);

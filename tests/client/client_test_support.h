@@ -23,7 +23,8 @@ class RpcCounter {
  public:
   // A channel to `endpoint` with the client's own arguments and the counter.
   std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint);
-  // RPCs started, in total and for one method (e.g. "Lookup").
+  // RPCs started, in total and for one method (e.g. "Lookup"). The total
+  // leaves out the client's background change stream (SubscribeChanges).
   int total() const;
   int of(const std::string& method) const;
 

@@ -3,16 +3,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/proto_time.h"
 #include "tests/support/catch.h"
@@ -607,6 +610,151 @@ TEST_CASE("SIGTERM shuts down cleanly with exit status 0") {
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(d.Log().find("gputuned stopped") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(d.socket_path()));
+}
+
+// The change feed (SubscribeChanges) as a raw subscriber sees it.
+namespace {
+
+// Reads a change stream on a thread of its own, keeping what it was sent.
+struct Subscriber {
+  explicit Subscriber(std::shared_ptr<grpc::Channel> channel,
+                      v1::SubscribeChangesRequest request = {})
+      : stub(v1::TuneService::NewStub(std::move(channel))),
+        reader(stub->SubscribeChanges(&ctx, request)) {}
+  // Reads one message; false when the stream ended.
+  bool Next() {
+    v1::SubscribeChangesResponse m;
+    if (!reader->Read(&m)) return false;
+    if (messages++ == 0) reset = m.reset();
+    epoch = m.epoch();
+    for (const v1::Change& c : m.changes()) seqs.push_back(c.seq());
+    head = m.head_seq();
+    return true;
+  }
+  // Reads until `count` changes arrived (nullopt) or the stream ended (its
+  // status).
+  std::optional<grpc::Status> Read(size_t count = SIZE_MAX) {
+    while (seqs.size() < count) {
+      if (!Next()) return reader->Finish();
+    }
+    return std::nullopt;
+  }
+
+  grpc::ClientContext ctx;
+  std::unique_ptr<v1::TuneService::Stub> stub;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeChangesResponse>> reader;
+  uint64_t epoch = 0;
+  uint64_t head = 0;
+  bool reset = false;
+  int messages = 0;
+  std::vector<uint64_t> seqs;
+};
+
+v1::ImportEntriesRequest BigImport(uint32_t m) {
+  v1::ImportEntriesRequest req;
+  v1::Entry* e = req.add_entries();
+  *e->mutable_key() = DenseKey(m);
+  e->mutable_execution()->set_kernel("k");
+  e->mutable_execution()->set_data(std::string(32 << 10, 'd'));
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the change feed numbers every change, resumes exactly, and cuts off a "
+    "subscriber that does not read without slowing writers") {
+  DaemonProcess d({"--backend=none", "--subscriber_max_lag=32"});
+  auto stub = d.Stub();
+  Subscriber fast(d.Channel());
+  REQUIRE(fast.Next());  // subscribed: every change from now on
+  REQUIRE(fast.reset);   // a first subscription has nothing to resume
+  // A subscriber that reads its first message, then nothing: a small
+  // window, so that the daemon's writes to it soon cannot complete.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  Subscriber slow(grpc::CreateCustomChannel(
+      d.endpoint(), grpc::InsecureChannelCredentials(), args));
+  REQUIRE(slow.Next());
+  REQUIRE(slow.epoch == fast.epoch);
+  REQUIRE(fast.epoch != 0);
+  const uint64_t epoch = fast.epoch;
+
+  std::thread reading([&] {
+    fast.ctx.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(30));
+    fast.Read(100);
+  });
+  std::vector<double> import_ms;
+  for (uint32_t m = 1; m <= 100; ++m) {
+    const auto start = std::chrono::steady_clock::now();
+    v1::ImportEntriesResponse resp;
+    REQUIRE(stub->ImportEntries(Ctx().get(), BigImport(m), &resp).ok());
+    import_ms.push_back(std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count());
+  }
+  reading.join();
+  // The reader got every change, once, in order.
+  REQUIRE(fast.seqs.size() == 100);
+  for (size_t i = 0; i < fast.seqs.size(); ++i) {
+    REQUIRE(fast.seqs[i] == i + 1);
+  }
+  // The one that did not read was cut off; the imports never waited for it.
+  std::sort(import_ms.begin(), import_ms.end());
+  INFO("median import " << import_ms[50] << " ms, slowest " << import_ms.back()
+                        << " ms");
+  CHECK(import_ms[50] < 100);
+  slow.ctx.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(10));
+  const std::optional<grpc::Status> end = slow.Read();
+  REQUIRE(end.has_value());
+  INFO(end->error_message());
+  CHECK((end->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+         end->error_code() == grpc::StatusCode::CANCELLED));
+  CHECK(slow.seqs.size() < 100);
+  CHECK(d.Log().find("cut off") != std::string::npos);
+
+  // Resuming where the slow one stopped is too far behind: reset.
+  v1::SubscribeChangesRequest behind;
+  behind.set_epoch(epoch);
+  behind.set_after_seq(slow.seqs.empty() ? 0 : slow.seqs.back());
+  Subscriber late(d.Channel(), behind);
+  REQUIRE(late.Next());
+  CHECK(late.reset);
+  late.ctx.TryCancel();
+
+  // Resuming within the kept changes sends exactly those after after_seq.
+  v1::SubscribeChangesRequest resume;
+  resume.set_epoch(epoch);
+  resume.set_after_seq(90);
+  Subscriber again(d.Channel(), resume);
+  again.ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+  REQUIRE_FALSE(again.Read(10));
+  CHECK_FALSE(again.reset);
+  REQUIRE(again.seqs.size() == 10);
+  for (size_t i = 0; i < 10; ++i) CHECK(again.seqs[i] == 91 + i);
+
+  // A delete is a change too; another epoch's subscriber is told to reset.
+  v1::DeleteEntriesRequest del;
+  *del.add_keys() = DenseKey(1);
+  v1::DeleteEntriesResponse deleted;
+  REQUIRE(stub->DeleteEntries(Ctx().get(), del, &deleted).ok());
+  REQUIRE_FALSE(again.Read(11));
+  CHECK(again.seqs.back() == 101);
+  v1::SubscribeChangesRequest other;
+  other.set_epoch(epoch + 1);
+  other.set_after_seq(101);
+  Subscriber stranger(d.Channel(), other);
+  REQUIRE(stranger.Next());
+  CHECK(stranger.reset);
+  CHECK(stranger.head == 101);
+  stranger.ctx.TryCancel();
+  again.ctx.TryCancel();
+  fast.ctx.TryCancel();
 }
 
 }  // namespace gputune

@@ -42,6 +42,7 @@ expect "list shows the service" "$out" "gputune.v1.TuneService"
 expect "list shows health" "$out" "grpc.health.v1.Health"
 out=$(run describe gputune.v1.TuneService)
 expect "describe shows Claim" "$out" "Claim(gputune.v1.ClaimRequest)"
+expect "describe shows SubscribeChanges" "$out" "SubscribeChanges(gputune.v1.SubscribeChangesRequest)"
 out=$(call gputune.v1.TuneService/GetStatus '{}')
 expect "GetStatus names the backend" "$out" '"backend": *"host"'
 key='{"dense_bf16":{"phase":"PHASE_DECODE","role":"attn.qkv","tokens":1,"input_features":64,"output_features":64},"candidate_set":"cs1"}'

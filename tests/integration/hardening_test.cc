@@ -670,26 +670,35 @@ TEST_CASE(
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(s.error_message().find("could not be parsed") != std::string::npos);
   }
-  // Watch is a stream: the same answer when it ends.
-  grpc::GenericStub generic(d.Channel());
-  auto ctx = Ctx();
-  grpc::CompletionQueue cq;
-  auto stream =
-      generic.PrepareCall(ctx.get(), "/gputune.v1.TuneService/Watch", &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  stream->StartCall(reinterpret_cast<void*>(1));
-  REQUIRE(cq.Next(&tag, &ok));
-  grpc::Slice slice(std::string("\x0a\x03\x1a\x01\xff", 5));
-  grpc::ByteBuffer request(&slice, 1);
-  stream->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
-  REQUIRE(cq.Next(&tag, &ok));
-  grpc::Status finished;
-  stream->Finish(&finished, reinterpret_cast<void*>(3));
-  REQUIRE(cq.Next(&tag, &ok));
-  CHECK(finished.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-  CHECK(finished.error_message().find("could not be parsed") !=
-        std::string::npos);
+  // Watch and SubscribeChanges are streams: the same answer when they end.
+  // (SubscribeChanges: a truncated varint.)
+  for (const auto& [method, bytes] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"/gputune.v1.TuneService/Watch",
+            std::string("\x0a\x03\x1a\x01\xff", 5)},
+           {"/gputune.v1.TuneService/SubscribeChanges",
+            std::string("\x10", 1)}}) {
+    INFO(method);
+    grpc::GenericStub generic(d.Channel());
+    auto ctx = Ctx();
+    grpc::CompletionQueue cq;
+    auto stream = generic.PrepareCall(ctx.get(), method, &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    stream->StartCall(reinterpret_cast<void*>(1));
+    REQUIRE(cq.Next(&tag, &ok));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    stream->WriteLast(request, grpc::WriteOptions(),
+                      reinterpret_cast<void*>(2));
+    REQUIRE(cq.Next(&tag, &ok));
+    grpc::Status finished;
+    stream->Finish(&finished, reinterpret_cast<void*>(3));
+    REQUIRE(cq.Next(&tag, &ok));
+    CHECK(finished.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(finished.error_message().find("could not be parsed") !=
+          std::string::npos);
+  }
   // protobuf's complaint is logged, but at most once a second.
   for (int i = 0; i < 20; ++i) {
     CallRaw(d, "/gputune.v1.TuneService/Claim", bad_string);

@@ -56,6 +56,12 @@ struct ClientOptions {
   // still served meanwhile); a re-check that no longer finds a HIT (deleted,
   // stale) drops it. InfiniteDuration(): never re-checked.
   absl::Duration memo_ttl = absl::Minutes(1);
+  // Follow the daemon's change feed (one SubscribeChanges stream per
+  // client, in the background) so that the memo learns of deletes and
+  // re-tunes at once: a deleted or stale key's next Lookup asks the daemon,
+  // a re-tuned one answers with the new entry. memo_ttl stays the safety net
+  // while the stream is down. Only with the memo on.
+  bool follow_changes = true;
   // TryLookup asks the daemon about a key it does not have at most this
   // often (a MISS is not memoised, so this bounds the background traffic).
   absl::Duration refresh_interval = absl::Seconds(1);
