@@ -132,7 +132,7 @@ std::shared_ptr<const LookupCell> Hit(const v1::Key& key,
   s.set_state(v1::KEY_STATE_HIT);
   *s.mutable_entry()->mutable_key() = key;
   s.mutable_entry()->mutable_execution()->set_kernel(kernel);
-  return std::make_shared<const LookupCell>(std::move(s));
+  return std::make_shared<const LookupCell>(key, std::move(s));
 }
 
 v1::Change* Add(v1::SubscribeChangesResponse* m, uint64_t seq,
@@ -157,14 +157,14 @@ TEST_CASE("the client applies the feed: replace, drop, reset on a new epoch") {
   first.set_epoch(7);
   first.set_reset(true);
   first.set_head_seq(10);
-  memo.Put(a, Hit(a, "before"));
+  memo.Put(Hit(a, "before"));
   ChangeStream::Apply(first, &memo, &epoch, &seq);
   REQUIRE(memo.size() == 1);  // the first stream: the memo is as new
   REQUIRE(epoch == 7);
   REQUIRE(seq == 10);
 
-  memo.Put(a, Hit(a, "a.old"));
-  memo.Put(b, Hit(b, "b.old"));
+  memo.Put(Hit(a, "a.old"));
+  memo.Put(Hit(b, "b.old"));
   const uint64_t before = memo.generation();
   v1::SubscribeChangesResponse next;
   next.set_epoch(7);
@@ -178,7 +178,7 @@ TEST_CASE("the client applies the feed: replace, drop, reset on a new epoch") {
   REQUIRE(memo.Find(b, &due) == nullptr);
   REQUIRE(memo.Find(c, &due) == nullptr);
   // An answer asked for before these changes is not memoised after them.
-  memo.Put(b, Hit(b, "b.late"), before);
+  memo.Put(Hit(b, "b.late"), before);
   REQUIRE(memo.Find(b, &due) == nullptr);
 
   SECTION("a stale entry, or one for another candidate set, drops the key") {
@@ -187,7 +187,7 @@ TEST_CASE("the client applies the feed: replace, drop, reset on a new epoch") {
     Add(&m, 14, v1::CHANGE_KIND_RECORDED, a, "a.stale")->set_stale(true);
     ChangeStream::Apply(m, &memo, &epoch, &seq);
     REQUIRE(memo.Find(a, &due) == nullptr);
-    memo.Put(a, Hit(a, "a.again"));
+    memo.Put(Hit(a, "a.again"));
     v1::Key other = a;
     other.set_candidate_set("cs9");
     v1::SubscribeChangesResponse m2;
@@ -205,7 +205,7 @@ TEST_CASE("the client applies the feed: replace, drop, reset on a new epoch") {
     REQUIRE(memo.size() == 0);
     REQUIRE(epoch == 8);
     REQUIRE(seq == 3);
-    memo.Put(a, Hit(a, "x"));
+    memo.Put(Hit(a, "x"));
     v1::SubscribeChangesResponse gap;
     gap.set_epoch(8);
     Add(&gap, 5, v1::CHANGE_KIND_RECORDED, c, "c");
