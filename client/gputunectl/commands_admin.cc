@@ -80,14 +80,20 @@ int RunStatus(Context& ctx) {
               absl::StrCat("at ", f.feed_seq(), " of ", f.fleet_seq(), ", lag ",
                            absl::FormatDuration(FromProto(f.feed_lag())), "; ",
                            f.adopted(), " adopted")});
-    t.AddRow({"fleet outbox",
-              absl::StrCat(f.outbox_depth(), " waiting",
-                           f.outbox_overflow() == 0
-                               ? ""
-                               : absl::StrCat(", ", f.outbox_overflow(),
-                                              " kept local only (full)"),
-                           "; ", f.published(), " published, ", f.refused(),
-                           " refused")});
+    t.AddRow(
+        {"fleet outbox",
+         absl::StrCat(
+             f.outbox_depth(), " waiting",
+             f.outbox_overflow() == 0 ? ""
+                                      : absl::StrCat(", ", f.outbox_overflow(),
+                                                     " kept local only (full)"),
+             "; ", f.published(), " published, ", f.refused(), " refused",
+             f.publish_errors() == 0 && f.outbox_dropped() == 0
+                 ? ""
+                 : absl::StrCat("; ", f.publish_errors(), " publish errors, ",
+                                f.outbox_dropped(),
+                                " dropped after repeated "
+                                "refusals (kept locally)"))});
     t.AddRow({"fleet claims",
               absl::StrCat(f.claims_held(), " held, ", f.claims_waited(),
                            " waited on, ", f.local_only_claims(),

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/gputunectl/commands.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -684,6 +685,13 @@ TEST_CASE(
   CHECK(Lookup(b, poison).state() == v1::KEY_STATE_MISS);
   CHECK(a.Log().find("dropped from the outbox") != std::string::npos);
   CHECK(a.Log().find("no_poison") != std::string::npos);
+  // And gputunectl status.
+  std::ostringstream out, err;
+  REQUIRE(ctl::Main({"--endpoint=" + a.endpoint(), "status"}, out, err) == 0);
+  CHECK(out.str().find(absl::StrCat("; ", status.publish_errors(),
+                                    " publish errors, 1 dropped after "
+                                    "repeated refusals (kept locally)")) !=
+        std::string::npos);
 
   // The metrics say the same.
   CHECK(Metric(a, "gputune_fleet_outbox_dropped_total") == 1);
