@@ -85,7 +85,11 @@ NOT_RUN = [
     ("docs/operations.md", r"gputunectl --endpoint=unix:///tmp/h6pgdoc",
      "needs PostgreSQL and two daemons of a fleet; tests/fleet checks the "
      "same"),
-    ("docs/performance.md", r"build(-nocuda)?/bench/",
+    ("docs/client.md", r"python3 python/examples/torch_toy\.py",
+     "needs Debian's /usr/bin/python3 with python3-torch (the python3 on "
+     "PATH may be another); python/tests/test_torch.py runs the example "
+     "against a daemon and checks these lines"),
+    ("docs/performance.md", r"(nice -n [0-9]+ )?build(-nocuda)?/bench/",
      "benchmarks: times of the machine named with each result"),
 ]
 
