@@ -9,7 +9,8 @@ packages=(
   libabsl-dev libspdlog-dev catch2 libsqlite3-dev sqlite3 libsystemd-dev
   systemd dpkg-dev file
   # checking builds: clang's thread-safety analysis, sanitizers, libFuzzer
-  clang-16 libclang-rt-16-dev libfuzzer-16-dev
+  # (llvm-16: the symbolizer the sanitizers look for)
+  clang-16 libclang-rt-16-dev libfuzzer-16-dev llvm-16
   # the fleet tier (a real PostgreSQL server in the tests)
   postgresql-15 libpq-dev
   # CLI parsing, metrics checks, package checks, Python bindings

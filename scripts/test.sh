@@ -68,9 +68,17 @@ check_build() {
 # start included (they inherit the environment): stop at the first report and
 # write it to $san_logs/<asan|ubsan>.<pid>, so a report from a child that
 # its test did not notice still fails CI.
+# The symbolizer is named outright: clang-16's runtime looks for
+# /usr/bin/llvm-symbolizer-16 (package llvm-16, which install-deps.sh
+# installs; clang-16 alone does not), and without it a process that must
+# symbolize (LeakSanitizer matching a suppression) writes "invalid path to
+# external symbolizer" and nothing else.
 export_sanitizer_options() {
-  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$san_logs/asan"
-  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$san_logs/ubsan"
+  local symbolizer
+  symbolizer=$(command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)
+  local sym=${symbolizer:+:external_symbolizer_path=$symbolizer}
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$san_logs/asan$sym"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$san_logs/ubsan$sym"
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizer/lsan.supp:print_suppressions=0"
 }
 # Fails (printing them) when any sanitizer report was written.
