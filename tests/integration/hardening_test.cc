@@ -1001,11 +1001,21 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// GetStatus through `channel`, retried for up to 20 s while the daemon
-// starts.
-grpc::Status WaitForStatus(std::shared_ptr<grpc::Channel> channel,
-                           v1::GetStatusResponse* resp) {
-  auto stub = v1::TuneService::NewStub(channel);
+// GetStatus of the daemon at `target`, retried for up to 20 s while it
+// starts. The channel reconnects every 100 ms (its connect timeout stays
+// gRPC's 20 s, so a TLS handshake has time): with gRPC's default backoff
+// (1 s, growing by 1.6x) a daemon that came up after the first attempt,
+// as a TLS daemon under the sanitizers on a loaded machine does, is only
+// tried again seconds later.
+grpc::Status WaitForStatus(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    v1::GetStatusResponse* resp) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  auto stub = v1::TuneService::NewStub(
+      grpc::CreateCustomChannel(target, credentials, args));
   grpc::Status s;
   for (int i = 0; i < 100; ++i) {
     s = GetStatus(*stub, resp, 1);
@@ -1025,17 +1035,17 @@ TEST_CASE(
   const pid_t pid = testing::SpawnGputuned(
       {"--listen=" + address, "--db=" + d.dir() + "/tcp.db", "--backend=none"},
       {}, d.dir() + "/tcp.log");
-  auto channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   v1::GetStatusResponse status;
-  const grpc::Status s = WaitForStatus(channel, &status);
+  const grpc::Status s =
+      WaitForStatus(address, grpc::InsecureChannelCredentials(), &status);
   INFO(s.error_message());
   CHECK(s.ok());
   CHECK(status.listen_address() == address);
   v1::DeleteEntriesRequest all;
   all.set_all(true);
   v1::DeleteEntriesResponse deleted;
-  CHECK(v1::TuneService::NewStub(channel)
+  CHECK(v1::TuneService::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))
             ->DeleteEntries(Ctx().get(), all, &deleted)
             .error_code() == grpc::StatusCode::PERMISSION_DENIED);
   testing::SignalAndReap(pid, SIGTERM);
@@ -1065,10 +1075,8 @@ TEST_CASE("with TLS files a non-loopback TCP address is served over TLS") {
   ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in),
                             std::istreambuf_iterator<char>());
   v1::GetStatusResponse status;
-  const grpc::Status s =
-      WaitForStatus(grpc::CreateChannel("localhost:" + std::to_string(port),
-                                        grpc::SslCredentials(ssl)),
-                    &status);
+  const grpc::Status s = WaitForStatus("localhost:" + std::to_string(port),
+                                       grpc::SslCredentials(ssl), &status);
   INFO(s.error_message());
   CHECK(s.ok());
   // Plain text is not served there.
