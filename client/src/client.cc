@@ -180,7 +180,8 @@ struct BatchPart {
 }  // namespace
 
 absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
-                                          std::vector<LookupResult>* out) {
+                                          std::vector<LookupResult>* out,
+                                          bool parse) {
   // Every key is checked before anything is sent.
   for (size_t i = 0; i < keys.size(); ++i) {
     // The field's name is built only for an invalid key.
@@ -237,6 +238,8 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
     return s;
   }
   out->reserve(out->size() + keys.size());
+  std::vector<const client_internal::LookupCell*> distinct;
+  if (parse) distinct.reserve(keys.size());
   for (const std::unique_ptr<BatchPart>& part : started) {
     const auto& statuses = part->response->statuses();
     if (static_cast<size_t>(statuses.size()) != part->count) {
@@ -251,6 +254,7 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
       if (status.same_as() == 0) {
         cells[i] = std::make_shared<const client_internal::LookupCell>(
             part->arena, &part->request->keys(static_cast<int>(i)), &status);
+        if (parse) distinct.push_back(cells[i].get());
       } else if (status.same_as() <= i) {
         cells[i] = cells[status.same_as() - 1];
       } else {
@@ -262,6 +266,7 @@ absl::Status Client::Impl::BatchLookupAll(const std::vector<v1::Key>& keys,
       out->push_back(Remember(cells[i], since));
     }
   }
+  client_internal::ParseAll(distinct);
   return absl::OkStatus();
 }
 
@@ -269,7 +274,7 @@ void Client::Impl::Refresh(const std::vector<v1::Key>& keys) {
   std::vector<LookupResult> results;
   results.reserve(keys.size());
   // On an error the memo keeps serving what it has.
-  if (!BatchLookupAll(keys, &results).ok()) return;
+  if (!BatchLookupAll(keys, &results, /*parse=*/false).ok()) return;
   for (size_t i = 0; i < keys.size(); ++i) {
     // Deleted or stale now: the next Lookup asks the daemon.
     if (!results[i].hit()) memo.Erase(keys[i]);
@@ -317,7 +322,6 @@ const std::string& Client::endpoint() const { return impl_->rpc.endpoint(); }
 absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
-    memoised->PrefetchExecution();
     if (due) impl_->refresher.Request(key);
     return client_internal::ResultAccess::Make(std::move(memoised),
                                                /*from_memo=*/true);
@@ -343,7 +347,6 @@ absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
 LookupResult Client::TryLookup(const v1::Key& key) {
   bool due = false;
   if (auto memoised = impl_->memo.Find(key, &due)) {
-    memoised->PrefetchExecution();
     if (due) impl_->refresher.Request(key);
     return client_internal::ResultAccess::Make(std::move(memoised),
                                                /*from_memo=*/true);
@@ -356,7 +359,8 @@ absl::StatusOr<std::vector<LookupResult>> Client::BatchLookup(
     const std::vector<v1::Key>& keys) {
   std::vector<LookupResult> results;
   results.reserve(keys.size());
-  if (absl::Status s = impl_->BatchLookupAll(keys, &results); !s.ok()) {
+  if (absl::Status s = impl_->BatchLookupAll(keys, &results, /*parse=*/true);
+      !s.ok()) {
     return s;
   }
   return results;

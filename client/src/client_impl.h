@@ -44,9 +44,11 @@ class Client::Impl {
                         uint64_t since = client_internal::Memo::kAnyGeneration);
   LookupResult Remember(const v1::Key& key, v1::KeyStatus status);
   // BatchLookup of `keys`, in one or more RPCs (see kTwoPartBatchKeys);
-  // appends a result per key to `out`.
+  // appends a result per key to `out`. With `parse`, every entry is parsed
+  // before it returns (ParseAll: on several threads for a large batch);
+  // else each on its first read.
   absl::Status BatchLookupAll(const std::vector<v1::Key>& keys,
-                              std::vector<LookupResult>* out);
+                              std::vector<LookupResult>* out, bool parse);
   // The refresher's work: look keys up, memoise HITs, drop the rest.
   void Refresh(const std::vector<v1::Key>& keys);
   // Renews the guard's lease (granted as `claim`) in the background.

@@ -1,6 +1,10 @@
 #include "client/src/lookup_cell.h"
 
+#include <algorithm>
+#include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace gputune::client_internal {
 
@@ -52,11 +56,34 @@ void LookupCell::Parse() const {
 }
 
 void LookupCell::Publish() const {
-  const v1::Entry& entry = status_->entry();
-  hot_[0] = &entry;
-  hot_[1] = &entry.execution();
-  hot_[2] = entry.execution().kernel().data();
-  entry_.store(&entry, std::memory_order_release);
+  entry_.store(&status_->entry(), std::memory_order_release);
+}
+
+void ParseAll(absl::Span<const LookupCell* const> cells) {
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const size_t parts =
+      std::min({kMaxParseThreads, hardware,
+                std::max<size_t>(1, cells.size() / kCellsPerParseThread)});
+  auto parse = [cells, parts](size_t part) {
+    const size_t end = cells.size() * (part + 1) / parts;
+    for (size_t i = cells.size() * part / parts; i < end; ++i) {
+      cells[i]->ParseNow();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(parts - 1);
+  for (size_t part = 1; part < parts; ++part) {
+    try {
+      threads.emplace_back(parse, part);
+    } catch (const std::system_error&) {
+      break;  // those left are parsed below, on this thread
+    }
+  }
+  parse(0);
+  for (std::thread& t : threads) t.join();
+  // Parts whose thread did not start (a cell parses once: parsing one
+  // again returns at once).
+  for (size_t part = threads.size() + 1; part < parts; ++part) parse(part);
 }
 
 }  // namespace gputune::client_internal

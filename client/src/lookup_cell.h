@@ -1,8 +1,9 @@
 // LookupCell: one key's status as the client holds it (in the memo and in
 // LookupResults). A Lookup or BatchLookup answer carries each entry as the
 // bytes the daemon stores (LookupStatus.entry); the cell parses them, with
-// generated code, the first time the status is read, once, under
-// absl::call_once. Callers that only ask hit() never pay for it.
+// generated code, once, under absl::call_once: a Lookup's on the first
+// read, a BatchLookup's before the call returns (ParseAll, on several
+// threads for many keys), and a background refresh's never until read.
 //
 // The cells of one call share the protobuf arena its messages were parsed
 // on (request, answer, and each status when it is read): a 10,000-key
@@ -20,6 +21,7 @@
 #include <memory>
 
 #include "absl/base/call_once.h"
+#include "absl/types/span.h"
 #include "client/src/memo_key.h"
 #include "google/protobuf/arena.h"
 #include "gputune/v1/tune.pb.h"
@@ -55,24 +57,19 @@ class LookupCell {
     }
     return *entry;
   }
-  // Starts loading the parsed entry's execution into the cache: a memo hit
-  // is nearly always followed by reading it, and the entry, its execution
-  // and the kernel name lie in three places that would otherwise be loaded
-  // one after the other. Does nothing before the entry is parsed.
-  void PrefetchExecution() const {
-    if (entry_.load(std::memory_order_acquire) == nullptr) return;
-    for (const void* p : hot_) __builtin_prefetch(p);
+  // Parses the status now, if it is not parsed yet (ParseAll).
+  void ParseNow() const { Parse(); }
+  // Whether the status is parsed (it is read without parsing).
+  bool parsed() const {
+    return entry_.load(std::memory_order_acquire) != nullptr;
   }
 
  private:
   // What a memo hit reads first, together.
   const v1::KeyState state_;
   const bool stale_usable_;
-  // &status_->entry() once parsed (release-stored after status_ and hot_).
+  // &status_->entry() once parsed (release-stored after status_).
   mutable std::atomic<const v1::Entry*> entry_{nullptr};
-  // The entry, its execution and the kernel name's bytes, for
-  // PrefetchExecution; set before entry_.
-  mutable const void* hot_[3] = {};
   const MemoKey memo_key_;
 
   const std::shared_ptr<google::protobuf::Arena> arena_;
@@ -80,13 +77,23 @@ class LookupCell {
   const v1::Key* const key_ = nullptr;
   const v1::LookupStatus* const answer_ = nullptr;
   void Parse() const;
-  // Publishes status_'s entry: hot_, then entry_.
+  // Publishes status_'s entry (entry_).
   void Publish() const;
 
   mutable absl::once_flag parsed_;
   // On arena_; set by the constructor or under parsed_.
   mutable v1::KeyStatus* status_ = nullptr;
 };
+
+// Parses every cell's status before it returns, spread over up to
+// kMaxParseThreads threads (this one among them) for kCellsPerParseThread
+// cells or more each: a BatchLookup's caller gets entries that read at memo
+// speed, and 10,000 of them parse in about half the time one thread takes
+// on two cores (docs/performance.md). Where no thread can be started, this
+// thread parses them all.
+inline constexpr size_t kMaxParseThreads = 4;
+inline constexpr size_t kCellsPerParseThread = 2048;
+void ParseAll(absl::Span<const LookupCell* const> cells);
 
 }  // namespace gputune::client_internal
 

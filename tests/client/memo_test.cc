@@ -2,8 +2,11 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/src/lookup_cell.h"
 #include "google/protobuf/arena.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
@@ -47,8 +50,6 @@ TEST_CASE("a new HIT for a memoised key replaces the old one") {
   bool due = false;
   auto found = memo.Find(DenseKey(3), &due);
   REQUIRE(found != nullptr);
-  CHECK(found->entry().execution().kernel() == "new");
-  found->PrefetchExecution();  // parsed already: loads, changes nothing
   CHECK(found->entry().execution().kernel() == "new");
 }
 
@@ -163,6 +164,62 @@ TEST_CASE("a cell carries PENDING's claim and an unparseable entry as none") {
   const LookupCell cell(arena, &key, answer);
   CHECK(cell.status().claim().holder() == "someone");
   CHECK(!cell.status().has_entry());
+}
+
+TEST_CASE("ParseAll parses every cell of a large answer, as a read would") {
+  // More cells than one thread takes, so that several parse at once on
+  // one arena; a repeated cell and an unparseable entry among them.
+  constexpr int kCells = 3 * kCellsPerParseThread + 17;
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  std::vector<std::shared_ptr<const LookupCell>> cells;
+  for (int i = 0; i < kCells; ++i) {
+    auto* key = google::protobuf::Arena::CreateMessage<v1::Key>(arena.get());
+    *key = DenseKey(1 + i);
+    v1::Entry entry;
+    *entry.mutable_key() = *key;
+    entry.mutable_execution()->set_kernel(absl::StrCat("k.", i));
+    (*entry.mutable_execution()->mutable_params())["algo_id"] = i;
+    auto* answer =
+        google::protobuf::Arena::CreateMessage<v1::LookupStatus>(arena.get());
+    answer->set_state(v1::KEY_STATE_HIT);
+    answer->set_entry(i == 5 ? std::string("\xff\xff not an entry")
+                             : entry.SerializeAsString());
+    cells.push_back(std::make_shared<const LookupCell>(arena, key, answer));
+  }
+  std::vector<const LookupCell*> all;
+  for (const auto& c : cells) all.push_back(c.get());
+  all.push_back(cells[3].get());  // parsed once, however often named
+  cells[7]->ParseNow();           // one parsed already
+  ParseAll({});
+  ParseAll(all);
+  for (int i = 0; i < kCells; ++i) {
+    INFO("cell " << i);
+    REQUIRE(cells[i]->parsed());
+    if (i == 5) {
+      CHECK(!cells[i]->status().has_entry());
+      continue;
+    }
+    const v1::Entry& entry = cells[i]->entry();
+    CHECK(&entry == &cells[i]->status().entry());
+    CHECK(entry.execution().kernel() == absl::StrCat("k.", i));
+    CHECK(entry.execution().params().at("algo_id") == i);
+    CHECK(cells[i]->status().key().dense_bf16().tokens() ==
+          static_cast<uint32_t>(1 + i));
+  }
+}
+
+TEST_CASE("a cell is parsed only when read or ParseAll asks") {
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  const v1::Key key = DenseKey(9);
+  auto* answer =
+      google::protobuf::Arena::CreateMessage<v1::LookupStatus>(arena.get());
+  answer->set_state(v1::KEY_STATE_HIT);
+  answer->set_entry(v1::Entry().SerializeAsString());
+  const LookupCell cell(arena, &key, answer);
+  CHECK(cell.state() == v1::KEY_STATE_HIT);
+  CHECK(!cell.parsed());
+  (void)cell.entry();
+  CHECK(cell.parsed());
 }
 
 }  // namespace
