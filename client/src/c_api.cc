@@ -172,6 +172,7 @@ void gputune_client_options_init(gputune_client_options* o) {
   o->breaker_failures = d.breaker_failures;
   o->breaker_open_time_ms = gputune::c_api::ToMs(d.breaker_open_time);
   o->breaker_max_open_time_ms = gputune::c_api::ToMs(d.breaker_max_open_time);
+  o->follow_changes = d.follow_changes ? 1 : 0;
 }
 
 gputune_code gputune_client_create(const gputune_client_options* options,
@@ -183,7 +184,8 @@ gputune_code gputune_client_create(const gputune_client_options* options,
     gputune_client_options_init(&o);
     if (options != nullptr) {
       if (auto c = gputune::c_api::ReadSized(
-              options, sizeof(gputune_client_options), "options", &o);
+              options, offsetof(gputune_client_options, follow_changes),
+              "options", &o);
           c != GPUTUNE_OK) {
         return c;
       }
@@ -204,6 +206,7 @@ gputune_code gputune_client_create(const gputune_client_options* options,
     co.breaker_failures = o.breaker_failures;
     co.breaker_open_time = Ms(o.breaker_open_time_ms);
     co.breaker_max_open_time = Ms(o.breaker_max_open_time_ms);
+    co.follow_changes = o.follow_changes != 0;
     auto created = gputune::Client::Create(co);
     if (!created.ok()) return Fail(created.status());
     *client = new gputune_client{std::move(*created)};

@@ -29,7 +29,7 @@ from ctypes import (
     c_void_p,
 )
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class LibraryNotFound(ImportError):
@@ -81,6 +81,7 @@ class ClientOptions(Structure):
         ("breaker_failures", c_int32),
         ("breaker_open_time_ms", c_int64),
         ("breaker_max_open_time_ms", c_int64),
+        ("follow_changes", c_int32),
     ]
 
 

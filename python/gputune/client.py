@@ -585,6 +585,7 @@ class Client:
         lease_ttl: Optional[float] = None,
         holder: Optional[str] = None,
         memo_capacity: Optional[int] = None,
+        follow_changes: Optional[bool] = None,
     ) -> None:
         o = _capi.ClientOptions()
         _capi.client_options_init(ctypes.byref(o))
@@ -601,6 +602,8 @@ class Client:
         o.holder = _b(holder)
         if memo_capacity is not None:
             o.memo_capacity = memo_capacity
+        if follow_changes is not None:
+            o.follow_changes = 1 if follow_changes else 0
         h = ctypes.c_void_p()
         self._pool = _Pool()
         check(_capi.client_create(ctypes.byref(o), ctypes.byref(h)))

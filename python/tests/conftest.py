@@ -27,6 +27,14 @@ def _gputuned() -> str:
     return path
 
 
+def gputunectl() -> str:
+    """The gputunectl binary ($GPUTUNECTL, else the build tree's), or skip."""
+    path = os.environ.get("GPUTUNECTL") or str(ROOT / "build" / "client" / "gputunectl")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no gputunectl at {path}: build it, or set GPUTUNECTL")
+    return path
+
+
 class Daemon:
     """gputuned with its own socket and database; start/stop/kill."""
 

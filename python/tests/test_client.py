@@ -4,6 +4,7 @@ server sees."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 
@@ -82,6 +83,37 @@ def test_preload_memoises_hits(daemon):
     assert client.memo_size == 1
     client.forget()
     assert client.memo_size == 0
+
+
+def test_follow_changes_off_keeps_a_deleted_entry_memoised(daemon):
+    from conftest import gputunectl
+
+    key = Key("follow/x=1@v1")
+    record_hit(gputune.Client(daemon.endpoint), key)
+    following = gputune.Client(daemon.endpoint)
+    not_following = gputune.Client(daemon.endpoint, follow_changes=False)
+    for c in (following, not_following):
+        # The change feed starts in the background; an entry memoised while
+        # it catches up may be dropped once: memoise until it stays.
+        give_up = time.monotonic() + 5
+        while not (c.preload([key]) == 1 and c.memo_size == 1):
+            assert time.monotonic() < give_up
+            time.sleep(0.01)
+    time.sleep(0.3)
+    assert following.memo_size == 1 and not_following.memo_size == 1
+    subprocess.run(
+        [gputunectl(), "--endpoint=" + daemon.endpoint, "delete", str(key)],
+        check=True,
+        capture_output=True,
+    )
+    give_up = time.monotonic() + 2
+    while following.memo_size != 0:
+        assert time.monotonic() < give_up, "the delete did not reach the memo"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert not_following.memo_size == 1
+    assert not_following.lookup(key).from_memo
+    assert following.lookup(key).state == State.MISS
 
 
 def test_try_lookup_never_blocks_and_fills_in_the_background(daemon):

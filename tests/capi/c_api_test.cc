@@ -5,6 +5,7 @@
 // abandon on free).
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "gputune/v1/tune.grpc.pb.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/eventually.h"
 
 namespace gputune::testing {
 namespace {
@@ -539,6 +541,71 @@ TEST_CASE("C: a stale-but-usable entry is said so; a plain STALE one is not") {
                          r.get()) == GPUTUNE_OK);
   CHECK(gputune_result_state(r.get()) == GPUTUNE_STATE_STALE);
   CHECK(gputune_result_stale_usable(r.get()) == 0);
+}
+
+TEST_CASE("C: follow_changes 0 keeps a deleted entry memoised; 1 drops it") {
+  DaemonProcess daemon({"--backend=none"});
+  auto writer = CClient(daemon.endpoint());
+  auto key = Key("follow/x=1@c1");
+  auto claim = Claim(writer.get(), key.get());
+  REQUIRE(Record(claim.get(), "follow.kernel") == GPUTUNE_OK);
+  gputune_client_options o;
+  gputune_client_options_init(&o);
+  REQUIRE(o.follow_changes == 1);
+  const std::string endpoint = daemon.endpoint();
+  o.endpoint = endpoint.c_str();
+  o.memo_ttl_ms = -1;  // only the change feed can drop an entry
+  gputune_client* raw = nullptr;
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_OK);
+  Owned<gputune_client> following(raw);
+  o.follow_changes = 0;
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_OK);
+  Owned<gputune_client> not_following(raw);
+  // An ABI 1 caller's struct ends before follow_changes: the default.
+  o.struct_size = offsetof(gputune_client_options, follow_changes);
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_OK);
+  Owned<gputune_client> abi1(raw);
+
+  const gputune_key* keys[] = {key.get()};
+  auto memoised = [&](gputune_client* c) { return gputune_memo_size(c) == 1; };
+  for (gputune_client* c : {following.get(), not_following.get(), abi1.get()}) {
+    // The feed's stream starts in the background; an entry memoised while
+    // it catches up may be dropped once: memoise until it stays.
+    gputune_code code = GPUTUNE_OK;
+    size_t hits = 0;
+    const bool stays = Eventually([&] {
+      code = gputune_preload(c, keys, 1, &hits);
+      return code == GPUTUNE_OK && hits == 1 && memoised(c);
+    });
+    INFO(gputune_code_name(code) << " " << gputune_last_error() << ", hits "
+                                 << hits << ", memo " << gputune_memo_size(c));
+    REQUIRE(stays);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (gputune_client* c : {following.get(), not_following.get(), abi1.get()}) {
+    REQUIRE(memoised(c));
+  }
+
+  v1::DeleteEntriesRequest request;
+  request.add_keys()->mutable_custom()->set_op("follow");
+  request.mutable_keys(0)->mutable_custom()->set_params("x=1");
+  request.mutable_keys(0)->set_candidate_set("c1");
+  v1::DeleteEntriesResponse response;
+  grpc::ClientContext ctx;
+  REQUIRE(daemon.Stub()->DeleteEntries(&ctx, request, &response).ok());
+  REQUIRE(response.deleted() == 1);
+  REQUIRE(Eventually([&] { return !memoised(following.get()); },
+                     std::chrono::milliseconds(2000)));
+  REQUIRE(Eventually([&] { return !memoised(abi1.get()); },
+                     std::chrono::milliseconds(2000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(memoised(not_following.get()));
+  auto r = Result();
+  REQUIRE(gputune_lookup(not_following.get(), key.get(), r.get()) ==
+          GPUTUNE_OK);
+  CHECK(gputune_result_from_memo(r.get()));
+  REQUIRE(gputune_lookup(following.get(), key.get(), r.get()) == GPUTUNE_OK);
+  CHECK(gputune_result_state(r.get()) == GPUTUNE_STATE_MISS);
 }
 
 }  // namespace

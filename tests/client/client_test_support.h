@@ -15,6 +15,7 @@
 
 #include "gputune/client.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/eventually.h"
 
 namespace gputune::testing {
 
@@ -61,18 +62,6 @@ struct CtlResult {
 };
 CtlResult RunCtl(const DaemonProcess& daemon, std::vector<std::string> args);
 CtlResult RunCtlAt(const std::string& endpoint, std::vector<std::string> args);
-
-// Polls `cond` every 10 ms for up to `limit`; its last value.
-template <typename F>
-bool Eventually(
-    F cond, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
 
 }  // namespace gputune::testing
 

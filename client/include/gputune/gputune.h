@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define GPUTUNE_ABI_VERSION 1
+#define GPUTUNE_ABI_VERSION 2
 
 /* The ABI version of the library in use (GPUTUNE_ABI_VERSION it was built
  * with) and its release ("0.1.0"). */
@@ -147,6 +147,10 @@ typedef struct gputune_client_options {
   int32_t breaker_failures;    /* (2) */
   int64_t breaker_open_time_ms;     /* (250) */
   int64_t breaker_max_open_time_ms; /* (2000) */
+  /* ABI 2 (beyond an ABI 1 caller's struct_size: the default, 1):
+   * with the memo on, apply the daemon's change feed (deletes, re-tunes) to
+   * it at once (1); 0: memo_ttl alone. */
+  int32_t follow_changes;
 } gputune_client_options;
 
 /* Fills *options with the defaults (and struct_size). */

@@ -43,6 +43,7 @@ pub struct gputune_client_options {
     pub breaker_failures: i32,
     pub breaker_open_time_ms: i64,
     pub breaker_max_open_time_ms: i64,
+    pub follow_changes: i32,
 }
 
 #[repr(C)]
