@@ -6,9 +6,10 @@
 // fields: hashing is the largest cost of a memo hit that does not depend on
 // the cache: absl's combine of the eight fields ran ~140 instructions a
 // key under callgrind, and HashKey takes a memo hit from ~610 instructions
-// to ~534 (docs/performance.md). The keys are the process's own (this is the
-// client's memo, not the daemon's index), so resistance to crafted
-// collisions is not needed; an even spread is, and the memo's tests check it.
+// to ~534 (a memo-only driver under callgrind, commit a4cd3d5). The keys
+// are the process's own (this is the client's memo, not the daemon's
+// index), so resistance to crafted collisions is not needed; an even spread
+// is, and the memo's tests check it.
 #ifndef GPUTUNE_CLIENT_SRC_MEMO_KEY_H_
 #define GPUTUNE_CLIENT_SRC_MEMO_KEY_H_
 
