@@ -312,6 +312,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       d->store_.get(), d->jobs_.get(), d->store_executor_.get(),
       d->authority_.get());
   d->metrics_->ReadFrom(d->jobs_.get(), d->arbiter_.get(), config.db);
+  d->metrics_->ReadChangesFrom(d->change_feed_.get());
   d->admin_service_->set_metrics(d->metrics_.get());
   d->tune_service_->set_metrics(d->metrics_.get());
   d->tune_service_->set_change_feed(d->change_feed_.get());

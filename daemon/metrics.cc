@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/arbiter.h"
+#include "daemon/change_feed.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
 #include "google/protobuf/descriptor.h"
@@ -219,6 +220,7 @@ std::string MetricsRegistry::Render() const {
 struct DaemonMetrics::Method {
   std::string name;  // "Lookup"
   bool streaming = false;
+  bool watch = false;  // TuneService.Watch (gputune_watch_streams)
   Counter* calls = nullptr;
   Counter* errors = nullptr;
   Histogram* seconds = nullptr;  // unary calls only
@@ -300,7 +302,7 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
 
   in_flight_ = registry_.AddGauge(
       "gputune_rpcs_in_flight",
-      "gputune RPCs being served now, Watch streams included (each client "
+      "gputune RPCs being served now, streams included (each client "
       "connection has at least one while it waits on the daemon).");
   watch_streams_ = registry_.AddGauge("gputune_watch_streams",
                                       "Watch streams open: clients waiting "
@@ -316,6 +318,9 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
       auto method = std::make_unique<Method>();
       method->name = m->name();
       method->streaming = m->server_streaming() || m->client_streaming();
+      // SubscribeChanges streams have their own gauge
+      // (gputune_change_subscribers).
+      method->watch = m->name() == "Watch";
       const MetricLabels labels = {{"method", m->name()}};
       method->calls = registry_.AddCounter(
           "gputune_rpcs_total", "gputune RPCs finished, by method.", labels);
@@ -388,6 +393,27 @@ void DaemonMetrics::ReadFrom(const JobQueue* jobs, const Arbiter* arbiter,
       Type::kGauge, [database_path] {
         return FileBytes(database_path) + FileBytes(database_path + "-wal");
       });
+}
+
+void DaemonMetrics::ReadChangesFrom(const ChangeFeed* feed) {
+  using Type = MetricsRegistry::Type;
+  registry_.AddCallback(
+      "gputune_changes_published_total",
+      "Entry changes (records, imports, deletes) numbered on the change "
+      "feed since the daemon started.",
+      Type::kCounter,
+      [feed] { return static_cast<double>(feed->GetStats().head_seq); });
+  registry_.AddCallback(
+      "gputune_change_subscribers",
+      "SubscribeChanges streams open (one per client process with a memo).",
+      Type::kGauge,
+      [feed] { return static_cast<double>(feed->GetStats().subscribers); });
+  registry_.AddCallback("gputune_change_subscribers_cut_off_total",
+                        "SubscribeChanges streams ended for falling more than "
+                        "--subscriber_max_lag changes behind.",
+                        Type::kCounter, [feed] {
+                          return static_cast<double>(feed->GetStats().cut_off);
+                        });
 }
 
 void DaemonMetrics::ReadFleetFrom(const FleetHooks* fleet) {
@@ -479,12 +505,12 @@ const DaemonMetrics::Method* DaemonMetrics::FindMethod(
 
 void DaemonMetrics::CallStarted(const Method& m) {
   in_flight_->Add(1);
-  if (m.streaming) watch_streams_->Add(1);
+  if (m.watch) watch_streams_->Add(1);
 }
 
 void DaemonMetrics::CallEnded(const Method& m, int code, absl::Duration took) {
   in_flight_->Add(-1);
-  if (m.streaming) watch_streams_->Add(-1);
+  if (m.watch) watch_streams_->Add(-1);
   m.calls->Add();
   if (code != 0) m.errors->Add();
   if (m.seconds != nullptr) m.seconds->Observe(absl::ToDoubleSeconds(took));

@@ -34,6 +34,7 @@
 namespace gputune {
 
 class Arbiter;
+class ChangeFeed;
 class FleetHooks;
 class JobQueue;
 
@@ -181,6 +182,11 @@ class DaemonMetrics {
   // refusals and errors), read when the text is rendered. `fleet` must
   // outlive this object; call once, before serving, and only with a fleet.
   void ReadFleetFrom(const FleetHooks* fleet);
+  // The change feed's state (gputune_change_*: changes published,
+  // SubscribeChanges streams open, subscribers cut off for falling behind),
+  // read when the text is rendered. `feed` must outlive this object; call
+  // once, before serving.
+  void ReadChangesFrom(const ChangeFeed* feed);
 
   // Interceptors that count every RPC of the gputune services (by method
   // and status code, and how long it took), the calls in flight and the

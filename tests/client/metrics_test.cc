@@ -89,6 +89,12 @@ TEST_CASE("metrics count a scripted workload, in the file and via gputunectl") {
   absl::StatusOr<v1::KeyStatus> tuned =
       client->TuneDense(DenseKey(1, 256, 512, "cs1"), /*wait=*/true);
   REQUIRE(tuned.ok());
+  // A client with its memo on follows the change feed.
+  auto following = ClientOf(daemon);
+  REQUIRE(Eventually([&] {
+    return Samples(metrics()).at("gputune_change_subscribers{device=\"0\"}") ==
+           1;
+  }));
   std::vector<v1::KeyStatus> seen;
   absl::StatusOr<std::unique_ptr<WatchStream>> watch =
       client->Watch(b, [&](const v1::KeyStatus& s) { seen.push_back(s); });
@@ -118,6 +124,10 @@ TEST_CASE("metrics count a scripted workload, in the file and via gputunectl") {
   REQUIRE(moved(now, "gputune_rpc_duration_seconds_count{method=\"Record\"}") ==
           1);
   REQUIRE(now.at("gputune_entries{device=\"0\"}") == 2);
+  // Two records: a's and the tuned dense key's.
+  REQUIRE(moved(now, "gputune_changes_published_total") == 2);
+  REQUIRE(now.at("gputune_change_subscribers_cut_off_total{device=\"0\"}") ==
+          0);
   REQUIRE(now.at("gputune_backoff_keys{device=\"0\"}") == 1);
   REQUIRE(now.at("gputune_tune_queue_depth{device=\"0\"}") == 0);
   REQUIRE(now.at("gputune_db_size_bytes{device=\"0\"}") > 0);
