@@ -5,7 +5,8 @@
 
 For CUDA bf16 tensors (x[..., K] and w[N, K], contiguous, on one device) the
 key dense_bf16/<phase>/<role>/m=M/k=K/n=N@<candidate_set> is looked up
-(answered from the memo after the first time) and its execution runs through
+(one RPC per key; later calls are answered in the process, untuned keys
+included: TunedDense.lookup) and its execution runs through
 libgputune's replay (gputune_dense_run) on torch.cuda.current_stream(); a
 MISS runs cuBLASLt's default through the same replay. Anything else, or when
 the daemon, the replay or the execution is not usable, runs
@@ -53,6 +54,9 @@ class TunedDense:
         self._lock = threading.Lock()
         self._keys: Dict[Tuple[str, int, int, int], Key] = {}
         self._asked: Set[Key] = set()
+        # Keys whose answer had nothing to run (MISS, PENDING, BACKOFF, a
+        # plain STALE): that answer, returned until the memo has a HIT.
+        self._waiting: Dict[Key, LookupResult] = {}
         self._said: Set[str] = set()
         self._local = threading.local()  # .runners: device -> runner or error
 
@@ -103,27 +107,49 @@ class TunedDense:
 
     def lookup(self, key: Key) -> Optional[LookupResult]:
         """The key's lookup as dense() does it: None when the daemon cannot
-        answer (the reason is logged once). With tune_misses, a MISS is sent
-        to the daemon to tune in the background (tune_dense(wait=False)),
-        once per key: a later lookup finds it PENDING, then HIT."""
+        answer (the reason is logged once).
+
+        The first lookup of a key asks the daemon; a HIT is memoised, so
+        later ones do not leave the process. After an answer with nothing to
+        run (MISS, PENDING, BACKOFF, a plain STALE), later lookups of the key
+        never block on the daemon either: they return the memo's HIT once the
+        client's background re-ask (Client.try_lookup: at most once a second
+        per key) has found one, else that answer again. So a forward pass
+        over untuned shapes makes no RPC after the first.
+
+        With tune_misses, a key with nothing to run is sent to the daemon to
+        tune in the background (tune_dense(wait=False)), once per key; its
+        answer (PENDING) is what later lookups return until the HIT (the
+        first returns the lookup's own answer, MISS)."""
         client = self.client()
         if client is None:
             return None
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            r = client.try_lookup(key)
+            return r if r.hit else waiting
         try:
             r = client.lookup(key)
         except Error as e:  # daemon down or slow: defaults, never an error
             self._once(f"gputune: lookup failed ({e}); running defaults")
             return None
-        if r.hit or not self.tune_misses:
+        if r.hit or r.stale_usable:
             return r
+        waiting = r
+        if self.tune_misses:
+            with self._lock:
+                ask = key not in self._asked
+                self._asked.add(key)
+            if ask:
+                try:
+                    tuning = client.tune_dense(key, wait=False)  # PENDING, or HIT
+                    if tuning.hit:
+                        return tuning
+                    waiting = tuning
+                except Error as e:
+                    self._once(f"gputune: cannot ask the daemon to tune {key} ({e})")
         with self._lock:
-            ask = key not in self._asked
-            self._asked.add(key)
-        if ask:
-            try:
-                client.tune_dense(key, wait=False)
-            except Error as e:
-                self._once(f"gputune: cannot ask the daemon to tune {key} ({e})")
+            self._waiting[key] = waiting
         return r
 
     # --- the op ----------------------------------------------------------------

@@ -33,11 +33,16 @@ class SpyClient(gputune.Client):
     def __init__(self, endpoint: str, **options) -> None:
         super().__init__(endpoint, **options)
         self.lookups: List[str] = []
+        self.tries: List[str] = []
         self.tunes: List[Tuple[str, bool]] = []
 
     def lookup(self, key):
         self.lookups.append(str(key))
         return super().lookup(key)
+
+    def try_lookup(self, key):
+        self.tries.append(str(key))
+        return super().try_lookup(key)
 
     def tune_dense(self, key, wait=True):
         self.tunes.append((str(key), wait))
@@ -129,15 +134,36 @@ def test_a_miss_is_tuned_in_the_background_once(host_daemon):
         time.sleep(0.05)
     assert client.tunes == [(str(key), False)]
     assert op.lookup(key).execution.kernel.startswith("host.")
+    # One RPC: every later lookup was answered in the process (the HIT
+    # reached the memo through the client's background re-ask).
+    assert client.lookups == [str(key)] and len(client.tries) >= 2
 
 
 def test_without_tune_misses_a_miss_stays_a_miss(host_daemon):
     client = SpyClient(host_daemon.endpoint)
     op = gt.TunedDense(client)
     key = op.key("quiet", 1, 256, 256)
+    for _ in range(100):  # a forward pass's worth: one RPC, the first
+        assert op.lookup(key).state is gputune.State.MISS
+    assert client.tunes == [] and client.lookups == [str(key)]
+    assert len(client.tries) == 99
+
+
+def test_a_key_recorded_elsewhere_reaches_a_waiting_lookup(daemon):
+    client = SpyClient(daemon.endpoint)
+    op = gt.TunedDense(client)
+    key = op.key("elsewhere", 1, 128, 128)
     assert op.lookup(key).state is gputune.State.MISS
-    assert op.lookup(key).state is gputune.State.MISS
-    assert client.tunes == [] and len(client.lookups) == 2
+    writer = gputune.Client(daemon.endpoint)
+    with writer.claim(key) as c:
+        assert c.granted
+        c.record(gputune.Execution("other.kernel"), [])
+    give_up = time.monotonic() + 10
+    while not op.lookup(key).hit:  # the background re-ask: once a second
+        assert time.monotonic() < give_up, "the HIT did not reach the lookup in 10 s"
+        time.sleep(0.05)
+    assert op.lookup(key).execution.kernel == "other.kernel"
+    assert client.lookups == [str(key)]
 
 
 def test_a_refused_tune_and_a_missing_daemon_are_logged_once(daemon, caplog):
