@@ -124,7 +124,7 @@ TEST_CASE("Preload fills the memo with one RPC") {
   for (int i = 0; i < 20; i += 2) {
     absl::StatusOr<LookupResult> r = client->Lookup(keys[i]);
     REQUIRE(r->from_memo());
-    // Each memoised status is parsed from the batch answer on first read.
+    // Each memoised status was parsed from the batch answer.
     REQUIRE(KeyText(r->entry().key()) == KeyText(keys[i]));
     REQUIRE(KeyText(r->status().key()) == KeyText(keys[i]));
     REQUIRE(!r->entry().execution().kernel().empty());
