@@ -54,8 +54,8 @@ class TunedDense:
         self._lock = threading.Lock()
         self._keys: Dict[Tuple[str, int, int, int], Key] = {}
         self._asked: Set[Key] = set()
-        # Keys whose answer had nothing to run (MISS, PENDING, BACKOFF, a
-        # plain STALE): that answer, returned until the memo has a HIT.
+        # Keys whose answer was not a HIT (MISS, PENDING, BACKOFF, STALE,
+        # stale-but-usable): that answer, returned until the memo has a HIT.
         self._waiting: Dict[Key, LookupResult] = {}
         self._said: Set[str] = set()
         self._local = threading.local()  # .runners: device -> runner or error
@@ -110,12 +110,13 @@ class TunedDense:
         answer (the reason is logged once).
 
         The first lookup of a key asks the daemon; a HIT is memoised, so
-        later ones do not leave the process. After an answer with nothing to
-        run (MISS, PENDING, BACKOFF, a plain STALE), later lookups of the key
-        never block on the daemon either: they return the memo's HIT once the
+        later ones do not leave the process. After any other answer (MISS,
+        PENDING, BACKOFF, STALE, or a stale-but-usable entry, which runs
+        while the daemon re-tunes the key), later lookups of the key never
+        block on the daemon either: they return the memo's HIT once the
         client's background re-ask (Client.try_lookup: at most once a second
         per key) has found one, else that answer again. So a forward pass
-        over untuned shapes makes no RPC after the first.
+        over untuned or re-tuning shapes makes no RPC after the first.
 
         With tune_misses, a key with nothing to run is sent to the daemon to
         tune in the background (tune_dense(wait=False)), once per key; its
@@ -133,10 +134,11 @@ class TunedDense:
         except Error as e:  # daemon down or slow: defaults, never an error
             self._once(f"gputune: lookup failed ({e}); running defaults")
             return None
-        if r.hit or r.stale_usable:
+        if r.hit:
             return r
         waiting = r
-        if self.tune_misses:
+        # A stale-but-usable entry is re-tuned by the daemon itself.
+        if self.tune_misses and not r.stale_usable:
             with self._lock:
                 ask = key not in self._asked
                 self._asked.add(key)

@@ -5,6 +5,7 @@ machine, bench/gpu/run.sh). Skipped, saying so, where PyTorch is missing."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pathlib
@@ -147,6 +148,33 @@ def test_without_tune_misses_a_miss_stays_a_miss(host_daemon):
         assert op.lookup(key).state is gputune.State.MISS
     assert client.tunes == [] and client.lookups == [str(key)]
     assert len(client.tries) == 99
+
+
+def test_a_stale_but_usable_entry_runs_without_an_rpc_per_call(host_daemon, tmp_path):
+    daemon = host_daemon
+    from conftest import gputunectl
+
+    client = SpyClient(daemon.endpoint)
+    # An entry measured on this device model with older software: usable
+    # while it is re-tuned (custom keys: until a client re-tunes it).
+    fingerprint = client.status()["fingerprint"]
+    fingerprint["kernelVersion"] = "0.0.1-older"
+    line = {
+        "key": {"custom": {"op": "torch.stale", "params": "b=1"}, "candidateSet": "c1"},
+        "execution": {"kernel": "older.kernel", "params": {"tile": 32}},
+        "source": "SOURCE_DAEMON_MEASURED",
+        "fingerprint": fingerprint,
+    }
+    export = tmp_path / "older.jsonl"
+    export.write_text(json.dumps(line) + "\n")
+    subprocess.run([gputunectl(), "--endpoint=" + daemon.endpoint, "import", str(export)],
+                   check=True, capture_output=True)
+    op = gt.TunedDense(client, tune_misses=True)
+    key = gputune.Key("torch.stale/b=1@c1")
+    for _ in range(50):
+        r = op.lookup(key)
+        assert r.stale_usable and r.execution.kernel == "older.kernel", (r, r.state)
+    assert client.lookups == [str(key)] and client.tunes == []
 
 
 def test_a_key_recorded_elsewhere_reaches_a_waiting_lookup(daemon):
