@@ -279,6 +279,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "the fleet works over TCP with TLS (sslmode=verify-full), and a daemon "
+    "that does not trust the server's certificate serves locally and says "
+    "why") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg(PostgresServer::Options{.tls = true});
+  pg.CreateDatabase("tls");
+  // The server is on another "host": TCP to localhost, its certificate
+  // checked against the CA and the name.
+  const std::string conninfo = pg.TlsConnInfo("tls");
+  DaemonProcess a(FleetFlags(conninfo));
+  DaemonProcess b(FleetFlags(conninfo));
+  REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+  // The server saw TLS connections from both (pg_stat_ssl, over the unix
+  // socket: every TCP session of the fleet database is encrypted).
+  CHECK(pg.QueryNumber("postgres",
+                       "SELECT count(*) FROM pg_stat_ssl s JOIN "
+                       "pg_stat_activity a USING (pid) WHERE a.datname = "
+                       "'tls' AND s.ssl") >= 2);
+  CHECK(pg.QueryNumber("postgres",
+                       "SELECT count(*) FROM pg_stat_ssl s JOIN "
+                       "pg_stat_activity a USING (pid) WHERE a.datname = "
+                       "'tls' AND NOT s.ssl") == 0);
+  // The password stays out of what the daemon reports.
+  CHECK(Status(a).fleet().target().find(PostgresServer::kPassword) ==
+        std::string::npos);
+  const v1::Key key = DenseKey(1, 64, 128);
+  REQUIRE(ClaimAndRecord(a, key, "k.tls").ok());
+  REQUIRE(WaitUntil([&] {
+    return Lookup(b, key).state() == v1::KEY_STATE_HIT &&
+           Lookup(b, key).entry().execution().kernel() == "k.tls";
+  }));
+
+  // A daemon given another CA refuses the server, says why, and serves
+  // from its own database.
+  PostgresServer other(PostgresServer::Options{.tls = true});
+  DaemonProcess distrustful(FleetFlags(pg.TlsConnInfo("tls", other.ca_file())));
+  REQUIRE(
+      WaitUntil([&] { return !Status(distrustful).fleet().error().empty(); }));
+  const v1::FleetStatus status = Status(distrustful).fleet();
+  INFO(status.error());
+  CHECK_FALSE(status.connected());
+  CHECK(status.error().find("certificate") != std::string::npos);
+  REQUIRE(ClaimAndRecord(distrustful, DenseKey(2, 64, 128), "k.local").ok());
+  CHECK(Lookup(distrustful, DenseKey(2, 64, 128)).state() == v1::KEY_STATE_HIT);
+  CHECK(Lookup(distrustful, key).state() == v1::KEY_STATE_MISS);
+}
+
+TEST_CASE(
     "Records acknowledged while PostgreSQL is down, across a kill -9 of the "
     "publisher, reach the fleet and the other daemons once it is back") {
   GPUTUNE_REQUIRE_POSTGRES();

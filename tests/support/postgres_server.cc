@@ -1,10 +1,14 @@
 #include "tests/support/postgres_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +32,31 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot find a free TCP port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs a shell command (openssl); throws with its output when it fails.
+void Run(const std::string& command, const std::string& log) {
+  const int rc = std::system((command + " >>" + log + " 2>&1").c_str());
+  if (rc != 0) {
+    throw std::runtime_error("'" + command + "' failed:\n" + ReadFile(log));
+  }
 }
 
 struct ConnCloser {
@@ -54,7 +83,7 @@ std::string PostgresServer::Missing() {
   return "";
 }
 
-PostgresServer::PostgresServer() : bindir_(BinDir()) {
+PostgresServer::PostgresServer(const Options& options) : bindir_(BinDir()) {
   char tmpl[] = "/tmp/gputune-pg-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -95,6 +124,42 @@ PostgresServer::PostgresServer() : bindir_(BinDir()) {
        << "unix_socket_directories = '" << socket_dir_ << "'\n"
        << "max_connections = 200\n"
        << "fsync = off\n";  // a test server: crash safety is not under test
+  if (options.tls) {
+    // A CA, and a certificate for localhost it signs; the server's key is
+    // its user's alone (PostgreSQL refuses a key others can read).
+    const std::string tls = dir_ + "/tls", log = dir_ + "/openssl.log";
+    std::filesystem::create_directory(tls);
+    ca_file_ = tls + "/ca.crt";
+    Run("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "
+        "'/CN=gputune test CA' -keyout " +
+            tls + "/ca.key -out " + ca_file_,
+        log);
+    Run("openssl req -newkey rsa:2048 -nodes -subj '/CN=localhost' -keyout " +
+            tls + "/server.key -out " + tls + "/server.csr",
+        log);
+    std::ofstream(tls + "/san.ext")
+        << "subjectAltName = DNS:localhost, IP:127.0.0.1\n";
+    Run("openssl x509 -req -in " + tls + "/server.csr -CA " + ca_file_ +
+            " -CAkey " + tls + "/ca.key -CAcreateserial -days 2 -extfile " +
+            tls + "/san.ext -out " + tls + "/server.crt",
+        log);
+    const std::string key = tls + "/server.key";
+    if (chown(key.c_str(), uid, gid) != 0 || chmod(key.c_str(), 0600) != 0) {
+      throw std::runtime_error("cannot hand " + key + " to the server's user");
+    }
+    port_ = FreePort();
+    conf << "listen_addresses = '127.0.0.1'\n"
+         << "port = " << port_ << "\n"
+         << "ssl = on\n"
+         << "ssl_cert_file = '" << tls << "/server.crt'\n"
+         << "ssl_key_file = '" << key << "'\n";
+    // TLS with a password over TCP first; initdb's host lines (reject)
+    // still refuse plain TCP.
+    const std::string hba = data_dir_ + "/pg_hba.conf";
+    const std::string rules = ReadFile(hba);
+    std::ofstream(hba) << "hostssl all all 127.0.0.1/32 scram-sha-256\n"
+                       << rules;
+  }
   conf.close();
   Start();
 }
@@ -161,8 +226,19 @@ void PostgresServer::Stop() {
 
 std::string PostgresServer::ConnInfo(const std::string& dbname,
                                      const std::string& password) const {
-  return "host=" + socket_dir_ + " dbname=" + dbname +
-         " user=postgres password=" + password;
+  // The socket's name carries the port: 5432 unless Options::tls chose one.
+  return "host=" + socket_dir_ +
+         (port_ != 0 ? " port=" + std::to_string(port_) : std::string()) +
+         " dbname=" + dbname + " user=postgres password=" + password;
+}
+
+std::string PostgresServer::TlsConnInfo(const std::string& dbname,
+                                        const std::string& root_cert) const {
+  if (port_ == 0) throw std::logic_error("PostgresServer without Options::tls");
+  return "host=localhost port=" + std::to_string(port_) + " dbname=" + dbname +
+         " user=postgres password=" + kPassword +
+         " sslmode=verify-full sslrootcert=" +
+         (root_cert.empty() ? ca_file_ : root_cert);
 }
 
 std::string PostgresServer::CreateDatabase(const std::string& name) {

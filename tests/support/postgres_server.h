@@ -14,6 +14,12 @@
 // directory (listen_addresses = '', no TCP port), and asks for a password
 // (scram-sha-256) so that tests can also give a wrong one. The destructor
 // stops the server (immediate mode) and removes the directory.
+//
+// With Options::tls, it also listens on 127.0.0.1 (a free port) for TLS
+// connections only (hostssl; plain TCP is refused), with a certificate for
+// "localhost" signed by a CA made for this server (openssl, in the
+// directory): TlsConnInfo connects as a remote daemon would, sslmode=
+// verify-full against that CA.
 #ifndef GPUTUNE_TESTS_SUPPORT_POSTGRES_SERVER_H_
 #define GPUTUNE_TESTS_SUPPORT_POSTGRES_SERVER_H_
 
@@ -24,6 +30,9 @@ namespace gputune::testing {
 
 class PostgresServer {
  public:
+  struct Options {
+    bool tls = false;  // also TLS over TCP on 127.0.0.1 (see above)
+  };
   // Whether initdb, pg_ctl and postgres are installed.
   static bool Available();
   // What is missing, for a SKIP message that says how to install it.
@@ -31,7 +40,8 @@ class PostgresServer {
 
   // initdb in a fresh directory, then Start(). Throws std::runtime_error
   // with initdb's or the server's log when either fails.
-  PostgresServer();
+  PostgresServer() : PostgresServer(Options{}) {}
+  explicit PostgresServer(const Options& options);
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -51,6 +61,14 @@ class PostgresServer {
                        const std::string& password = kPassword) const;
   // CREATE DATABASE `name`; returns ConnInfo(name).
   std::string CreateDatabase(const std::string& name);
+  // With Options::tls: a connection string for `dbname` as the superuser
+  // over TCP to localhost:port(), sslmode=verify-full with `root_cert` as
+  // sslrootcert (default: ca_file(), the CA that signed the server's
+  // certificate).
+  std::string TlsConnInfo(const std::string& dbname,
+                          const std::string& root_cert = "") const;
+  int port() const { return port_; }
+  const std::string& ca_file() const { return ca_file_; }
 
   // Runs `sql` (one statement or several) in `dbname` as the superuser and
   // returns the last statement's rows as text (NULL as ""). Throws
@@ -73,6 +91,8 @@ class PostgresServer {
   std::string data_dir_;
   std::string socket_dir_;
   std::string user_;  // empty: run as ourselves (not root)
+  int port_ = 0;      // TCP port with Options::tls
+  std::string ca_file_;
   bool running_ = false;
 };
 
