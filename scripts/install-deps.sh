@@ -11,8 +11,9 @@ packages=(
   # checking builds: clang's thread-safety analysis, sanitizers, libFuzzer
   # (llvm-16: the symbolizer the sanitizers look for)
   clang-16 libclang-rt-16-dev libfuzzer-16-dev llvm-16
-  # the fleet tier (a real PostgreSQL server in the tests)
-  postgresql-15 libpq-dev
+  # the fleet tier (a real PostgreSQL server in the tests; openssl makes the
+  # certificates of its TLS test)
+  postgresql-15 libpq-dev openssl
   # CLI parsing, metrics checks, package checks, Python bindings
   libcli11-dev prometheus lintian python3-pytest
   # the C API's Python package (pip install ./python, offline) and Rust example
