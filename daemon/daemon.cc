@@ -357,6 +357,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
         static_cast<int>(std::min<int64_t>(
             absl::ToInt64Milliseconds(config.max_connection_idle), INT32_MAX)));
   }
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             kMaxStreamsPerConnection);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   // Bounds the memory of the calls in flight (see kCallMemoryQuotaBytes).

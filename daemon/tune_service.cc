@@ -173,10 +173,19 @@ class Refuse final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 // StartWrite on the caller's thread, and that reaction takes `mu_` again.
 // (OnDone never runs inline: gRPC schedules it, so the callback may hold
 // Alive::mu across StartWrite.)
+//
+// Each message of kCountedBytes or more is admitted to the answer budget
+// before it is written and given back when the write is done; one that does
+// not fit ends the stream with RESOURCE_EXHAUSTED. `open` counts the stream
+// (kMaxWatchStreams) until OnDone.
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchReactor(Arbiter* arbiter, const v1::Key& key)
-      : arbiter_(arbiter), alive_(std::make_shared<Alive>()) {
+  WatchReactor(Arbiter* arbiter, const v1::Key& key, AnswerBudget* budget,
+               std::atomic<size_t>* open)
+      : arbiter_(arbiter),
+        budget_(budget),
+        open_(open),
+        alive_(std::make_shared<Alive>()) {
     {
       absl::MutexLock lock(&alive_->mu);
       alive_->reactor = this;
@@ -196,6 +205,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      budget_->Release(reserved_);
+      reserved_ = 0;
       if (deferred_) {
         finish = std::move(deferred_);
         deferred_.reset();
@@ -205,7 +216,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       } else if (last_state_ == v1::KEY_STATE_HIT) {
         finish = FinishLocked(grpc::Status::OK);
       } else {
-        write = NextWriteLocked();
+        write = NextWriteLocked(&finish);
       }
     }
     if (finish) {
@@ -231,6 +242,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       alive_->reactor = nullptr;
     }
     arbiter_->Unwatch(watch_id_);
+    {
+      absl::MutexLock lock(&mu_);
+      budget_->Release(reserved_);  // a write that never completed
+      reserved_ = 0;
+    }
+    open_->fetch_sub(1, std::memory_order_relaxed);
     delete this;
   }
 
@@ -243,26 +260,42 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // Keeps only the newest status while a write is in flight.
   void OnStatus(const v1::KeyStatus& status) ABSL_LOCKS_EXCLUDED(mu_) {
     const grpc::ByteBuffer* write = nullptr;
+    std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       pending_ = status;
       has_pending_ = true;
-      if (!writing_) write = NextWriteLocked();
+      if (!writing_) write = NextWriteLocked(&finish);
     }
-    if (write != nullptr) StartWrite(write);
+    if (finish) {
+      Finish(*finish);
+    } else if (write != nullptr) {
+      StartWrite(write);
+    }
   }
 
   // The pending status, serialized, as the next message to write (null:
-  // none); the caller starts the write once mu_ is released.
-  const grpc::ByteBuffer* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // none); the caller starts the write once mu_ is released. A message the
+  // answer budget cannot hold now sets *finish (RESOURCE_EXHAUSTED) instead.
+  const grpc::ByteBuffer* NextWriteLocked(std::optional<grpc::Status>* finish)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!has_pending_ || finished_) return nullptr;
     last_state_ = pending_.state();
-    *current_.mutable_status() = std::move(pending_);
     has_pending_ = false;
+    {
+      // Only the bytes stay: a parsed HIT would double what an unread
+      // stream holds.
+      v1::WatchResponse message;
+      *message.mutable_status() = std::move(pending_);
+      current_bytes_.Clear();  // the writer wants an empty buffer
+      (void)SerializeTo(message, &current_bytes_);
+    }
+    if (grpc::Status s = budget_->Admit(&current_bytes_, &reserved_); !s.ok()) {
+      *finish = FinishLocked(std::move(s));
+      return nullptr;
+    }
     writing_ = true;
-    current_bytes_.Clear();  // the writer wants an empty buffer
-    (void)SerializeTo(current_, &current_bytes_);
     return &current_bytes_;
   }
 
@@ -280,19 +313,22 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   Arbiter* const arbiter_;
+  AnswerBudget* const budget_;
+  std::atomic<size_t>* const open_;
   const std::shared_ptr<Alive> alive_;
   uint64_t watch_id_ = 0;  // set before gRPC can call OnDone
 
   absl::Mutex mu_;
-  // The message being written and its bytes: changed only under mu_ while
-  // !writing_, read by gRPC while writing_.
-  v1::WatchResponse current_;
-  grpc::ByteBuffer current_bytes_;  // current_, as written
+  // The message being written: changed only under mu_ while !writing_,
+  // read by gRPC while writing_.
+  grpc::ByteBuffer current_bytes_;
   v1::KeyState last_state_ ABSL_GUARDED_BY(mu_) = v1::KEY_STATE_UNSPECIFIED;
   v1::KeyStatus pending_ ABSL_GUARDED_BY(mu_);
   bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Held in the answer budget for the write in flight (0: not counted).
+  size_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   // The status to finish with once the write in flight is done.
   std::optional<grpc::Status> deferred_ ABSL_GUARDED_BY(mu_);
 };
@@ -606,7 +642,16 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::Watch(
   if (auto s = ValidateKey(request.key(), "key"); !s.ok()) {
     return new Refuse(s);
   }
-  return new WatchReactor(arbiter_, request.key());
+  if (watch_streams_.fetch_add(1, std::memory_order_relaxed) >=
+      kMaxWatchStreams) {
+    watch_streams_.fetch_sub(1, std::memory_order_relaxed);
+    return new Refuse(absl::ResourceExhaustedError(absl::StrCat(
+        "gputuned serves ", kMaxWatchStreams,
+        " Watch streams at once: retry later, or Lookup the key now and "
+        "then")));
+  }
+  return new WatchReactor(arbiter_, request.key(), &answer_budget_,
+                          &watch_streams_);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TuneServiceImpl::SubscribeChanges(

@@ -65,6 +65,17 @@ inline constexpr size_t kCallMemoryQuotaBytes = size_t{512} << 20;
 // have not yet read them, at most (daemon/answer_budget.h): beyond it a call
 // is answered RESOURCE_EXHAUSTED instead.
 inline constexpr size_t kAnswerMemoryBytes = size_t{256} << 20;
+// Watch streams open at once; more are refused with RESOURCE_EXHAUSTED.
+// Each holds its call (about 18 KiB in gRPC) and, while its asker does not
+// read, its last message: a HIT's of 64 KiB or more is counted in the
+// answer budget above (tests/integration/hardening_test.cc: 136,300 unread
+// Watch streams of such a HIT, on 100 connections, took gputuned without
+// these bounds from 25 MiB to 8.0 GiB).
+inline constexpr size_t kMaxWatchStreams = 4096;
+// Concurrent calls on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_
+// STREAMS; gRPC's own default is unlimited): a client's further calls wait
+// for one to end. libgputune uses one connection per process.
+inline constexpr int kMaxStreamsPerConnection = 128;
 
 // Every method is raw and parses its request with protobuf itself (on an
 // arena for Lookup and BatchLookup; daemon/parsed_call.h for the others):
@@ -182,6 +193,8 @@ class TuneServiceImpl final : public TuneServiceBase {
   ChangeFeed* feed_ = nullptr;                // likewise
   AnswerBudget answer_budget_{kAnswerMemoryBytes};
   AnswerBudget* answer_budget() { return &answer_budget_; }
+  // Watch streams open (kMaxWatchStreams).
+  std::atomic<size_t> watch_streams_{0};
 };
 
 class AdminServiceImpl final : public AdminServiceBase {

@@ -114,7 +114,9 @@ v1::KeyState LookupState(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::LookupRequest req;
   *req.mutable_key() = key;
   v1::LookupResponse resp;
-  REQUIRE(stub.Lookup(Ctx().get(), req, &resp).ok());
+  const grpc::Status s = stub.Lookup(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
   return resp.status().state();
 }
 
@@ -165,9 +167,10 @@ int ConnectUnix(const std::string& path) {
 // answer stays with the daemon, as with an asker that stopped reading.
 // Returns the descriptor (closing it cancels the call), or -1.
 int SendAndNeverRead(const std::string& socket_path, const std::string& method,
-                     const std::string& request) {
-  // Within the daemon's initial connection window, in one stream.
-  REQUIRE(request.size() + 5 < 65535);
+                     const std::string& request, uint32_t streams = 1) {
+  // Within the daemon's initial connection window, in `streams` streams
+  // (1, 3, 5, ...), the same request on each.
+  REQUIRE((request.size() + 5 + 9) * streams < 65535);
   std::string out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
   auto frame = [&out](uint8_t type, uint8_t flags, uint32_t stream,
                       const std::string& payload) {
@@ -203,20 +206,24 @@ int SendAndNeverRead(const std::string& socket_path, const std::string& method,
     headers += static_cast<char>(value.size());
     headers += value;
   }
-  frame(0x1, 0x4, 1, headers);  // HEADERS, END_HEADERS, stream 1
   const uint32_t n = static_cast<uint32_t>(request.size());
   std::string message = {0, static_cast<char>(n >> 24),
                          static_cast<char>(n >> 16), static_cast<char>(n >> 8),
                          static_cast<char>(n)};
   message += request;
-  for (size_t at = 0; at < message.size(); at += 16384) {
-    const bool last = at + 16384 >= message.size();
-    frame(0x0, last ? 0x1 : 0, 1, message.substr(at, 16384));  // DATA
+  for (uint32_t i = 0; i < streams; ++i) {
+    const uint32_t stream = 1 + 2 * i;
+    frame(0x1, 0x4, stream, headers);  // HEADERS, END_HEADERS
+    for (size_t at = 0; at < message.size(); at += 16384) {
+      const bool last = at + 16384 >= message.size();
+      frame(0x0, last ? 0x1 : 0, stream, message.substr(at, 16384));  // DATA
+    }
   }
   const int fd = ConnectUnix(socket_path);
   if (fd < 0) return -1;
   for (size_t at = 0; at < out.size();) {
-    const ssize_t w = write(fd, out.data() + at, out.size() - at);
+    // A daemon that closes the connection is not a signal to die of.
+    const ssize_t w = send(fd, out.data() + at, out.size() - at, MSG_NOSIGNAL);
     if (w <= 0) {
       close(fd);
       return -1;
@@ -505,6 +512,77 @@ TEST_CASE(
   for (int i = 0; i < 50 && !again.ok(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     again = batch_lookup();
+  }
+  INFO(again.error_message());
+  CHECK(again.ok());
+}
+
+TEST_CASE(
+    "Watch streams that are never read stay within a bound, and the daemon "
+    "goes on answering and watching") {
+  DaemonProcess d({"--backend=none"});
+  auto stub = d.Stub();
+  // A HIT whose entry carries the largest data: its Watch message is
+  // larger than the window an asker that never reads grants.
+  ImportKeys(*stub, 1, 64 * 1024);
+  v1::WatchRequest watch;
+  *watch.mutable_key() = DenseKey(1);
+  const std::string request = watch.SerializeAsString();
+  const int64_t before = RssKiB(d.pid());
+  REQUIRE(before > 0);
+  // 64 connections of 128 Watch streams each (kMaxStreamsPerConnection),
+  // twice kMaxWatchStreams in all. Without the cap and the answer budget
+  // these grew gputuned by 660 MiB, and with no limit per connection
+  // either, 100 connections of 1,363 streams each took it from 25 MiB to
+  // 8.0 GiB.
+  const uint32_t per_connection = 128;  // kMaxStreamsPerConnection
+  std::vector<int> fds;
+  for (int c = 0; c < 64; ++c) {
+    const int fd =
+        SendAndNeverRead(d.socket_path(), "/gputune.v1.TuneService/Watch",
+                         request, per_connection);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+  }
+  int64_t peak = before;
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peak = std::max(peak, RssKiB(d.pid()));
+  }
+  // Meanwhile small answers go out as ever (the HIT's, 64 KiB, waits for
+  // room in the answer budget), and a new Watch is refused.
+  Status(*stub);
+  CHECK(LookupState(*stub, DenseKey(2)) == v1::KEY_STATE_MISS);
+  auto read_watch = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    auto reader = stub->Watch(&ctx, watch);
+    v1::WatchResponse message;
+    const bool got = reader->Read(&message);
+    const grpc::Status s = reader->Finish();
+    INFO(s.error_message());
+    return got && message.status().state() == v1::KEY_STATE_HIT
+               ? grpc::Status::OK
+               : s;
+  };
+  const grpc::Status held = read_watch();
+  INFO(held.error_message());
+  CHECK(held.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  peak = std::max(peak, RssKiB(d.pid()));
+  std::printf(
+      "RSS of gputuned with %u unread Watch streams asked on each of 64 "
+      "connections: %lld KiB before, %lld KiB at most (+%lld KiB)\n",
+      per_connection, static_cast<long long>(before),
+      static_cast<long long>(peak), static_cast<long long>(peak - before));
+  // kMaxWatchStreams calls (~18 KiB each in gRPC) and the answer budget
+  // (256 MiB) for their messages.
+  CHECK(peak - before < int64_t{448} << 10);
+  for (int fd : fds) close(fd);
+  grpc::Status again = read_watch();
+  for (int i = 0; i < 50 && !again.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again = read_watch();
   }
   INFO(again.error_message());
   CHECK(again.ok());
