@@ -16,17 +16,7 @@
 #include "kernels/host/host_kernels.h"
 #include "kernels/reference.h"
 #include "tests/support/catch.h"
-
-// Sanitizer instrumentation defeats vectorisation, so speed comparisons only
-// hold in an uninstrumented build.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define GPUTUNE_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define GPUTUNE_SANITIZED 1
-#endif
-#endif
+#include "tests/support/sanitized.h"
 
 namespace gputune::kernels {
 namespace {
@@ -199,6 +189,8 @@ TEST_CASE("host candidates genuinely differ in speed") {
     }
     return best;
   };
+  // Sanitizer instrumentation defeats vectorisation, so speed comparisons
+  // only hold in an uninstrumented build.
 #ifdef GPUTUNE_SANITIZED
   WARN("sanitizer build: speed comparison skipped");
   return;
