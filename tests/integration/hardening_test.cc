@@ -249,6 +249,17 @@ std::vector<int> OpenUnread(const DaemonProcess& d, const std::string& method,
   return fds;
 }
 
+// `call()` until it is OK, every 100 ms for up to 5 s; its last status.
+template <typename F>
+grpc::Status UntilOk(F call) {
+  grpc::Status s = call();
+  for (int i = 0; i < 50 && !s.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = call();
+  }
+  return s;
+}
+
 // The largest RSS of `pid` over the next 4 s (sampled every 100 ms), and
 // at least `floor`.
 int64_t PeakRssKiB(pid_t pid, int64_t floor) {
@@ -526,11 +537,7 @@ TEST_CASE(
   CHECK(peak - before < int64_t{256 + 128} << 10);
   // Once the askers go away, their room is free again.
   for (int fd : fds) close(fd);
-  grpc::Status again = batch_lookup();
-  for (int i = 0; i < 50 && !again.ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    again = batch_lookup();
-  }
+  const grpc::Status again = UntilOk(batch_lookup);
   INFO(again.error_message());
   CHECK(again.ok());
 }
@@ -590,11 +597,7 @@ TEST_CASE(
   CHECK(peak - before < int64_t{448} << 10);
 #endif
   for (int fd : fds) close(fd);
-  grpc::Status again = read_watch();
-  for (int i = 0; i < 50 && !again.ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    again = read_watch();
-  }
+  const grpc::Status again = UntilOk(read_watch);
   INFO(again.error_message());
   CHECK(again.ok());
 }
