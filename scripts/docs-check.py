@@ -14,8 +14,16 @@ gputunectl and gputuned first on PATH and GPUTUNE_ENDPOINT set to it. Each
 document has a daemon of its own; its blocks run in order against it, so a
 block sees what the blocks above it did. stdout and stderr are shown together; "[exit N]" follows
 the output of a command that exits N != 0. A command that only assigns a
-single-quoted literal to a shell variable (`$ K='{"dense_bf16": ...}'`) prints
+single-quoted literal to a shell variable (`$ K='{"dense_bf16": ...}'`), or
+the part of one after a prefix (`$ SOCK=${GPUTUNE_ENDPOINT#unix://}`), prints
 nothing and is remembered: later commands of the same document run after it.
+
+The reflection examples (commands that call grpcurl) run with grpcurl where
+it is on PATH, else with grpcprobe, a stand-in with the same reflection client
+and JSON, behind tests/support/grpcurl-via-grpcprobe (which takes grpcurl's
+command line). Where neither is on PATH they are skipped, their output kept as
+written, with one line saying so; every other command still runs and is
+compared.
 
 Every other `$ ` line of a fenced block in the files given (a command shown
 with its output that this check does not run) must match an entry of NOT_RUN
@@ -28,11 +36,11 @@ the scratch directory is shown as /tmp/gt; times from the start of the run to
 a day after it as 2026-12-01 12:00:00 (RFC 3339 ones, as in JSON, as
 2026-12-01T12:00:00Z; earlier times, such as the fixture's, stay); uptimes as
 "up 1s", lease times left as "9m59.9s" and claim ids as those of one fixed
-start.
+start. grpcprobe's JSON spacing (protojson prints two spaces after some
+colons) is shown as grpcurl's: one.
 
 Exits 1 and prints a diff when a document differs (--update writes the new
-text instead), 2 on a usage or set-up error (gputunectl, gputuned or grpcprobe
-missing).
+text instead), 2 on a usage or set-up error (gputunectl or gputuned missing).
 """
 
 import argparse
@@ -60,7 +68,7 @@ NOT_RUN = [
      "needs the client installed into a prefix and a host-backend daemon; "
      "ctest \"a C11 program builds against the installed C API and runs\" "
      "does exactly this"),
-    ("docs/api.md", r"grpcprobe .*Lookup.*\| protoc",
+    ("docs/api.md", r"grpcurl .*Lookup.*\| protoc",
      "needs tune.proto installed in /usr/include/gputune (libgputune-dev)"),
     ("docs/operations.md", r"cpack |ls -s /tmp/pkg|dpkg-deb -I ",
      "packs a whole build (minutes); tests/deploy/package_test.cc builds the "
@@ -76,7 +84,7 @@ NOT_RUN = [
      "tests/client/gputunectl_test.cc check the same refusals"),
     ("docs/operations.md",
      r"gputunectl (list|get|backup|delete|status|export)|"
-     r"gputunectl --device=[0-9]|grpcprobe -d '\{\"path\"|ls -l /var/lib|"
+     r"gputunectl --device=[0-9]|grpcurl -plaintext -unix -d '\{\"path\"|ls -l /var/lib|"
      r"sqlite3 /var/lib|sh -c 'cd /var/lib|sh -c 'echo \"this is not",
      _SERVICE + "; their output comes from host-backend tunes, whose times "
      "differ on every run"),
@@ -130,6 +138,7 @@ def normalize(text, scratch):
         return str(1883416521662791681 + ids.setdefault(m.group(0), len(ids)))
 
     text = re.sub(r"\b\d{18,20}\b", claim_id, text)
+    text = re.sub(r'(?m)^(\s*"[^"\n]*"):  ', r"\1: ", text)
     return text
 
 
@@ -145,7 +154,9 @@ def run(command, env, scratch):
     return normalize(out, scratch)
 
 
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*='[^']*'$")
+ASSIGNMENT = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*=('[^']*'|\$\{[A-Za-z_][A-Za-z0-9_]*#[^}'\"$`]*\})$")
+REFLECTION = re.compile(r"(^|[\s|;&(])grpcurl\s")
 
 
 def relative(path):
@@ -182,12 +193,16 @@ class NotRun:
         return out
 
 
-def check(path, env, scratch, not_run):
+def check(path, env, scratch, not_run, reflection):
+    """Runs path's checked blocks; returns (new text, commands run, reflection
+    commands skipped). reflection: whether a grpcurl (or its stand-in) is on
+    env's PATH; without one, grpcurl commands keep the output written."""
     with open(path) as f:
         lines = f.read().split("\n")
     out = []
     assignments = []
     ran = 0
+    skipped = 0
     i = 0
     in_fence = False
     while i < len(lines):
@@ -212,7 +227,7 @@ def check(path, env, scratch, not_run):
         while i < len(lines) and not lines[i].lstrip().startswith("```"):
             block.append(lines[i])
             i += 1
-        for text in block:
+        for j, text in enumerate(block):
             if not text.startswith(indent + "$ "):
                 continue
             out.append(text)
@@ -220,12 +235,19 @@ def check(path, env, scratch, not_run):
             if ASSIGNMENT.match(command):
                 assignments.append(command)
                 continue
+            if not reflection and REFLECTION.search(command):
+                skipped += 1
+                for written in block[j + 1:]:
+                    if written.startswith(indent + "$ "):
+                        break
+                    out.append(written)
+                continue
             ran += 1
             printed = run("\n".join(assignments + [command]), env, scratch)
             if printed:  # a command that prints nothing adds no line
                 out.extend(indent + l if l else l
                            for l in printed.rstrip("\n").split("\n"))
-    return "\n".join(out), ran
+    return "\n".join(out), ran, skipped
 
 
 def main():
@@ -245,26 +267,30 @@ def main():
         if not os.access(binary, os.X_OK):
             print("docs-check: %s is not built" % binary, file=sys.stderr)
             return 2
-    # api.md and operations.md call the API through reflection.
-    if shutil.which("grpcprobe") is None:
-        print("docs-check: grpcprobe is not on PATH (scripts/install-deps.sh "
-              "builds it)", file=sys.stderr)
-        return 2
+    # api.md and operations.md call the API through reflection (grpcurl).
+    stand_in = None
+    if shutil.which("grpcurl") is None and shutil.which("grpcprobe") is not None:
+        stand_in = os.path.join(SOURCE, "tests", "support",
+                                "grpcurl-via-grpcprobe")
+    reflection = stand_in is not None or shutil.which("grpcurl") is not None
 
     not_run = NotRun()
     status = 0
     ran = 0
+    skipped = 0
     for path in args.files:
         with open(path) as f:
             old = f.read()
         try:
-            new, count = with_daemon(
-                ctl, daemon, lambda env, scratch: check(path, env, scratch,
-                                                        not_run))
+            new, count, not_here = with_daemon(
+                ctl, daemon, stand_in,
+                lambda env, scratch: check(path, env, scratch, not_run,
+                                           reflection))
         except SetupError as e:
             print("docs-check: %s" % e, file=sys.stderr)
             return 2
         ran += count
+        skipped += not_here
         if new == old:
             continue
         if args.update:
@@ -288,6 +314,13 @@ def main():
         for where, command, reason in not_run.shown:
             print("%s: not run: $ %s\n    because it %s"
                   % (where, command, reason))
+    if skipped:
+        print("docs-check: skipped %d reflection examples (their output kept "
+              "as written): neither grpcurl nor grpcprobe is on PATH"
+              % skipped)
+    elif stand_in:
+        print("docs-check: grpcurl examples ran with grpcprobe (no grpcurl "
+              "on PATH)")
     print("docs-check: %d commands run in %d files; %d shown but not run, "
           "each with its reason (--list-not-run)"
           % (ran, len(args.files), len(not_run.shown)))
@@ -298,13 +331,18 @@ class SetupError(Exception):
     pass
 
 
-def with_daemon(ctl, daemon, body):
-    """Runs body(env, scratch) against a fresh gputuned holding the fixture."""
+def with_daemon(ctl, daemon, stand_in, body):
+    """Runs body(env, scratch) against a fresh gputuned holding the fixture;
+    stand_in, when not None, is put on PATH as grpcurl."""
     scratch = tempfile.mkdtemp(prefix="gputune-docs-")
     socket = os.path.join(scratch, "gpu0.sock")
     env = dict(os.environ)
-    env["PATH"] = "%s:%s:%s" % (os.path.dirname(ctl), os.path.dirname(daemon),
-                                env.get("PATH", ""))
+    path = [os.path.dirname(ctl), os.path.dirname(daemon)]
+    if stand_in:
+        os.mkdir(os.path.join(scratch, "bin"))
+        os.symlink(stand_in, os.path.join(scratch, "bin", "grpcurl"))
+        path.append(os.path.join(scratch, "bin"))
+    env["PATH"] = ":".join(path + [env.get("PATH", "")])
     env["GPUTUNE_ENDPOINT"] = "unix://" + socket
     env["LC_ALL"] = "C"
     env.pop("COLUMNS", None)

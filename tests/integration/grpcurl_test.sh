@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
 # What an operator does with grpcurl, through server reflection only (no
 # .proto files): list, describe, GetStatus, Claim, Record, ListEntries with
-# readable JSON. Uses grpcprobe (a grpcurl stand-in with the same JSON) when
-# grpcurl itself is not installed. Exit 77 = skipped.
+# readable JSON. Where grpcurl itself is not installed, grpcprobe (a stand-in
+# with the same reflection client and JSON) runs the same grpcurl command
+# lines through tests/support/grpcurl-via-grpcprobe. Exit 77 = skipped.
 set -euo pipefail
 gputuned=$1
-probe=$(command -v grpcurl || command -v grpcprobe || true)
-if [[ -z "$probe" ]]; then
-  echo "skipped: neither grpcurl nor grpcprobe is installed (scripts/install-deps.sh builds grpcprobe)"
+dir=$(mktemp -d /tmp/gputune-grpcurl-XXXXXX)
+pid=
+trap '[[ -n $pid ]] && { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }; rm -rf "$dir"' EXIT
+if command -v grpcurl >/dev/null; then
+  echo "reflection client: $(command -v grpcurl)"
+elif command -v grpcprobe >/dev/null; then
+  mkdir "$dir/bin"
+  ln -s "$(cd "$(dirname "$0")/../support" && pwd)/grpcurl-via-grpcprobe" "$dir/bin/grpcurl"
+  export PATH=$dir/bin:$PATH
+  echo "reflection client: $(command -v grpcprobe) (as grpcurl)"
+else
+  echo "skipped: no reflection client on PATH (grpcurl, or its stand-in grpcprobe)"
   exit 77
 fi
-dir=$(mktemp -d /tmp/gputune-grpcurl-XXXXXX)
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$gputuned" --backend=host --listen="unix://$dir/g.sock" --db="$dir/g.db" >"$dir/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [[ -S "$dir/g.sock" ]] && break; sleep 0.05; done
 
 call() {  # call METHOD JSON
-  if [[ "$(basename "$probe")" == grpcurl ]]; then
-    grpcurl -plaintext -unix -d "$2" "$dir/g.sock" "$1"
-  else
-    grpcprobe -d "$2" "unix://$dir/g.sock" call "$1"
-  fi
+  grpcurl -plaintext -unix -d "$2" "$dir/g.sock" "$1"
 }
 run() {  # run list|describe ARGS
-  if [[ "$(basename "$probe")" == grpcurl ]]; then
-    grpcurl -plaintext -unix "$dir/g.sock" "$@"
-  else
-    grpcprobe "unix://$dir/g.sock" "$@"
-  fi
+  grpcurl -plaintext -unix "$dir/g.sock" "$@"
 }
 expect() {  # expect WHAT OUTPUT PATTERN
   if ! grep -q -- "$3" <<<"$2"; then
@@ -41,8 +41,8 @@ out=$(run list)
 expect "list shows the service" "$out" "gputune.v1.TuneService"
 expect "list shows health" "$out" "grpc.health.v1.Health"
 out=$(run describe gputune.v1.TuneService)
-expect "describe shows Claim" "$out" "Claim(gputune.v1.ClaimRequest)"
-expect "describe shows SubscribeChanges" "$out" "SubscribeChanges(gputune.v1.SubscribeChangesRequest)"
+expect "describe shows Claim" "$out" 'Claim *( *\.\?gputune\.v1\.ClaimRequest'
+expect "describe shows SubscribeChanges" "$out" 'SubscribeChanges *( *\.\?gputune\.v1\.SubscribeChangesRequest'
 out=$(call gputune.v1.TuneService/GetStatus '{}')
 expect "GetStatus names the backend" "$out" '"backend": *"host"'
 key='{"dense_bf16":{"phase":"PHASE_DECODE","role":"attn.qkv","tokens":1,"input_features":64,"output_features":64},"candidate_set":"cs1"}'
