@@ -1,31 +1,57 @@
 #!/usr/bin/env bash
-# Installs what building and testing gputune needs on Debian 12 (as root).
-# Quiet and quick when everything is there already.
+# Installs what building and running gputune needs on Debian 12 (as root);
+# with --test, also what its tests and checking build need (scripts/test.sh
+# passes it; scripts/run.sh does not). Quiet and quick when everything is
+# there already.
+#
+#   bash scripts/install-deps.sh          # build + run: gputuned, gputunectl, the client
+#   bash scripts/install-deps.sh --test   # and every test suite, the clang check build, fuzzers
 set -euo pipefail
 
+with_tests=0
+case ${1:-} in
+  "") ;;
+  --test) with_tests=1 ;;
+  *) echo "usage: $0 [--test]" >&2 && exit 2 ;;
+esac
+
+# Building and running: the compilers and the libraries gputuned, gputunectl
+# and libgputune link.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev catch2 libsqlite3-dev sqlite3 libsystemd-dev
-  systemd dpkg-dev file
+  libabsl-dev libspdlog-dev libsqlite3-dev sqlite3 libsystemd-dev
+  # the fleet tier's client library; CLI parsing
+  libpq-dev libcli11-dev
+  # the Redis fleet door (issue 25)
+  libhiredis-dev
+)
+test_packages=(
+  # Catch2 (a copy travels in tests/third_party for machines without it);
+  # jq, which the docs' examples (docs_check) pipe answers through
+  catch2 jq
+  # package checks (cpack's deb generator, dpkg-shlibdeps, lintian), the
+  # units' checks (systemd-analyze), metrics checks (promtool)
+  systemd dpkg-dev file lintian prometheus
   # checking builds: clang's thread-safety analysis, sanitizers, libFuzzer
   # (llvm-16: the symbolizer the sanitizers look for)
   clang-16 libclang-rt-16-dev libfuzzer-16-dev llvm-16
-  # the fleet tier (a real PostgreSQL server in the tests; openssl makes the
-  # certificates of its TLS test)
-  postgresql-15 libpq-dev openssl
-  # CLI parsing, metrics checks, package checks, Python bindings
-  libcli11-dev prometheus lintian python3-pytest
-  # the C API's Python package (pip install ./python, offline) and Rust example
-  python3-pip python3-setuptools cargo
+  # the fleet tier: a real PostgreSQL server in the tests; openssl makes the
+  # certificates of its TLS test; a real Redis server for the Redis door
+  postgresql-15 openssl redis-server redis-tools python3-redis
+  # the Python bindings' tests, the C API's Python package (pip install
+  # ./python, offline) and the Rust example
+  python3-pytest python3-pip python3-setuptools python3-venv cargo
   # tests only: gputune.torch's import and fall-back (python/tests/test_torch.py)
   # on Debian's CPU-only PyTorch 1.13: 175 packages, 70 s on the 2-core build
   # machine (time apt-get install -y --no-install-recommends python3-torch,
   # 2026-12-02)
   python3-torch
-  # grpcprobe, the grpcurl stand-in the reflection test uses
+  # grpcprobe, the grpcurl stand-in the reflection test uses where it is
+  # built (below)
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
 )
+if ((with_tests)); then packages+=("${test_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -44,7 +70,11 @@ else
   echo "gputune: no CUDA toolkit at /usr/local/cuda: building without the CUDA backend" >&2
 fi
 
+((with_tests)) || exit 0
+
 # grpcprobe (grpcurl stand-in) from the shared tools, when they are beside us.
+# Without it (or grpcurl) the reflection test and docs-check's reflection
+# examples are skipped, saying so.
 here=$(cd "$(dirname "$0")/.." && pwd)
 probe_src="$here/../shared/tools/grpcprobe"
 if ! command -v grpcprobe >/dev/null 2>&1 && [[ -f "$probe_src/build.sh" ]]; then

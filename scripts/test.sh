@@ -166,7 +166,7 @@ finish_beside() {
   fi
 }
 
-run_stage "install dependencies" bash "$root/scripts/install-deps.sh"
+run_stage "install dependencies" bash "$root/scripts/install-deps.sh" --test
 run_stage "gcc build" bash "$root/scripts/build.sh"
 if [[ "$check" != 0 ]]; then
   # Both builds first: compiling competes with the tests for the CPU.
