@@ -122,7 +122,7 @@ def test_try_lookup_never_blocks_and_fills_in_the_background(daemon):
     record_hit(writer, key)
     client = gputune.Client(daemon.endpoint)
     assert client.try_lookup(key).state is State.UNSPECIFIED
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # generous: a loaded machine
     while not client.try_lookup(key).hit:
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -224,13 +224,23 @@ def test_deadlines_hold_with_the_daemon_stopped(daemon):
         start = time.monotonic()
         # The memo keeps answering a HIT; everything else fails in time.
         assert client.lookup(key).hit
+        raised = []
         for _ in range(4):
-            with pytest.raises((gputune.DeadlineExceeded, gputune.Unavailable)):
+            with pytest.raises((gputune.DeadlineExceeded, gputune.Unavailable)) as e:
                 client.lookup(Key("stopped/x=2@v1"))
-        with pytest.raises((gputune.DeadlineExceeded, gputune.Unavailable)):
+            raised.append(e.type)
+        with pytest.raises((gputune.DeadlineExceeded, gputune.Unavailable)) as e:
             client.claim("stopped/x=3@v1")
-        # Two deadlines, then the breaker answers at once.
-        assert time.monotonic() - start < 1.5
+        raised.append(e.type)
+        # Two deadlines, then the breaker answers at once (Unavailable, no
+        # RPC: a stopped daemon makes every RPC wait out its deadline). On a
+        # loaded machine its 250 ms may pass before the last calls: then one
+        # of them is the half-open probe, another deadline.
+        assert raised[:2] == [gputune.DeadlineExceeded] * 2
+        assert gputune.Unavailable in raised[2:]
+        # Every call ended by its deadline (a generous bound for a loaded
+        # machine: none waited for the stopped daemon).
+        assert time.monotonic() - start < 30
     finally:
         daemon.signal(signal.SIGCONT)
 

@@ -7,6 +7,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
+#include "tests/support/sanitized.h"
 
 namespace gputune::testing {
 namespace {
@@ -106,6 +107,17 @@ void RpcCounter::Sent(const std::string& method, std::string request) {
 std::unique_ptr<Client> ClientOf(const DaemonProcess& daemon,
                                  ClientOptions options, RpcCounter* counter) {
   options.endpoint = daemon.endpoint();
+  // Deadlines left at their defaults (2 s a call, 250 ms a lookup: budgets
+  // for inference on an idle daemon) become generous ones, so that a call
+  // that does real work answers on a loaded machine and under the
+  // sanitizers; a test about deadlines sets its own, which it keeps.
+  const ClientOptions defaults;
+  if (options.deadline == defaults.deadline) {
+    options.deadline = absl::Seconds(60 * kSlowdown);
+  }
+  if (options.lookup_deadline == defaults.lookup_deadline) {
+    options.lookup_deadline = absl::Seconds(30 * kSlowdown);
+  }
   if (counter != nullptr) options.channel = counter->Channel(daemon.endpoint());
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
   if (!client.ok()) throw std::runtime_error(client.status().ToString());

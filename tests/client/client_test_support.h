@@ -41,7 +41,9 @@ class RpcCounter {
   std::map<std::string, std::string> last_requests_;
 };
 
-// A client of `daemon`. A non-null `counter` sees its RPCs.
+// A client of `daemon`. A non-null `counter` sees its RPCs. Deadlines left
+// at ClientOptions' defaults are made generous (60 s a call, 30 s a lookup,
+// three times that under the sanitizers); ones the test set are kept.
 std::unique_ptr<Client> ClientOf(const DaemonProcess& daemon,
                                  ClientOptions options = {},
                                  RpcCounter* counter = nullptr);

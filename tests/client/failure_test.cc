@@ -9,6 +9,7 @@
 
 #include "tests/client/client_test_support.h"
 #include "tests/support/catch.h"
+#include "tests/support/sanitized.h"
 
 namespace gputune::testing {
 namespace {
@@ -25,6 +26,13 @@ void Freeze(pid_t pid) {
     return state == "T";
   }));
 }
+
+// What a loaded machine may add to a call that ends at its deadline: the
+// thread that sees the deadline pass waits to be scheduled. A call that
+// ignored its deadline would wait for the stopped daemon for ever; one that
+// waited when it need not shows in its status (DEADLINE_EXCEEDED where
+// UNAVAILABLE is due) and in the lower bounds, which load cannot break.
+constexpr double kSlackMs = 2000.0 * kSlowdown;
 
 double MsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start)
@@ -43,7 +51,7 @@ TEST_CASE("a client facing a stopped daemon fails fast and recovers") {
   for (int i = 0; i < 20; ++i) {
     const auto start = Clock::now();
     absl::StatusOr<LookupResult> r = client->Lookup(key);
-    REQUIRE(MsSince(start) < 200 + 50);
+    REQUIRE(MsSince(start) < 200 + kSlackMs);
     REQUIRE(r.status().code() == absl::StatusCode::kUnavailable);
   }
   absl::StatusOr<LookupResult> r = client->Lookup(key);
@@ -56,14 +64,15 @@ TEST_CASE("a client facing a stopped daemon fails fast and recovers") {
 
   daemon.Start();  // same socket path
   const auto back = Clock::now();
+  // By itself, well before gRPC's reconnect backoff would reach its 120 s
+  // cap.
   REQUIRE(Eventually(
       [&] {
         absl::StatusOr<LookupResult> r = client->Lookup(key);
         return r.ok() && r->state() == v1::KEY_STATE_MISS;
       },
-      std::chrono::milliseconds(10000)));
+      std::chrono::milliseconds(30000)));
   INFO("recovered after " << MsSince(back) << " ms");
-  REQUIRE(MsSince(back) < 5000);
 }
 
 TEST_CASE(
@@ -73,8 +82,9 @@ TEST_CASE(
   options.lookup_deadline = absl::Milliseconds(150);
   options.deadline = absl::Milliseconds(300);
   options.breaker_failures = 2;
-  options.breaker_open_time = absl::Seconds(1);
-  auto client = ClientOf(daemon, options);
+  options.breaker_open_time = absl::Seconds(5);
+  RpcCounter counter;
+  auto client = ClientOf(daemon, options, &counter);
   const v1::Key key = CustomKey("hung=1");
   REQUIRE(client->Lookup(key).ok());
 
@@ -85,24 +95,24 @@ TEST_CASE(
     const double ms = MsSince(start);
     REQUIRE(r.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(ms >= 140);
-    REQUIRE(ms < 150 + 100);
+    REQUIRE(ms < 150 + kSlackMs);
   }
-  // The breaker is open: no more waiting for the deadline.
+  // The breaker is open (for 5 s, ample for these few calls however loaded
+  // the machine): no more waiting for the deadline. The calls are refused
+  // without an RPC; a stopped daemon would make any RPC wait out its
+  // deadline and end DEADLINE_EXCEEDED.
+  const int rpcs = counter.total();
   for (int i = 0; i < 50; ++i) {
-    const auto start = Clock::now();
     REQUIRE(client->Lookup(key).status().code() ==
             absl::StatusCode::kUnavailable);
-    REQUIRE(MsSince(start) < 20);
   }
   // Other calls too, including a claim and the guard-free operator calls.
-  auto start = Clock::now();
   REQUIRE_FALSE(client->Claim(key).ok());
   REQUIRE_FALSE(client->GetStatus().ok());
-  REQUIRE(MsSince(start) < 20);
-
+  REQUIRE(counter.total() == rpcs);
   REQUIRE(kill(daemon.pid(), SIGCONT) == 0);
   REQUIRE(Eventually([&] { return client->Lookup(key).ok(); },
-                     std::chrono::milliseconds(10000)));
+                     std::chrono::milliseconds(30000)));
 }
 
 // 5,000 keys: a BatchLookup whose answer takes a while to read.
@@ -134,7 +144,7 @@ TEST_CASE("a BatchLookup is one call: one deadline, one failure") {
   REQUIRE(std::string(r.status().message()).find("within 300ms") !=
           std::string::npos);
   REQUIRE(ms >= 290);
-  REQUIRE(ms < 300 + 150);
+  REQUIRE(ms < 300 + kSlackMs);
   // The breaker counted one failure: the next call still goes to the
   // daemon (and waits for its deadline).
   start = Clock::now();
@@ -185,7 +195,7 @@ TEST_CASE("a claim guard's destructor with the daemon down returns in time") {
     REQUIRE(guard->granted());
     Freeze(daemon.pid());
   }  // the abandon cannot be answered
-  REQUIRE(MsSince(start) < 300 + 200);
+  REQUIRE(MsSince(start) < 300 + kSlackMs);
   REQUIRE(kill(daemon.pid(), SIGCONT) == 0);
 }
 

@@ -21,6 +21,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/sanitized.h"
 
 namespace gputune::testing {
 
@@ -143,7 +144,10 @@ grpc::Status GetStatusNow(const std::string& socket_path,
   auto stub = v1::TuneService::NewStub(grpc::CreateChannel(
       "unix://" + socket_path, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Generous: without wait_for_ready a daemon not listening fails at once;
+  // the deadline only bounds a slow answer on a loaded machine.
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(30 * kSlowdown));
   v1::GetStatusRequest request;
   v1::GetStatusResponse response;
   grpc::Status status = stub->GetStatus(&ctx, request, &response);

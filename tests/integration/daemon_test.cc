@@ -20,14 +20,18 @@
 #include "proto/proto_time.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/sanitized.h"
 
 namespace gputune {
 namespace {
 
 using testing::DaemonProcess;
 using testing::DenseKey;
+using testing::kSlowdown;
 
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 10) {
+// Generous by default: a deadline here bounds waiting for an answer on a
+// loaded machine (under the sanitizers too), it is not a speed check.
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::seconds(seconds));
@@ -702,11 +706,14 @@ TEST_CASE(
   for (size_t i = 0; i < fast.seqs.size(); ++i) {
     REQUIRE(fast.seqs[i] == i + 1);
   }
-  // The one that did not read was cut off; the imports never waited for it.
+  // The one that did not read was cut off; the imports never waited for it
+  // (had they, none would have answered: it never reads again). The median
+  // is bounded only loosely, an order of magnitude above what it is on an
+  // idle machine, so that the check holds on a loaded one.
   std::sort(import_ms.begin(), import_ms.end());
   INFO("median import " << import_ms[50] << " ms, slowest " << import_ms.back()
                         << " ms");
-  CHECK(import_ms[50] < 100);
+  CHECK(import_ms[50] < 1000 * kSlowdown);
   slow.ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(10));
   const std::optional<grpc::Status> end = slow.Read();

@@ -41,7 +41,9 @@ using testing::DenseKey;
 using testing::RssKiB;
 using testing::RunProgram;
 
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 10) {
+// Generous by default: a deadline here bounds waiting for an answer on a
+// loaded machine (under the sanitizers too), it is not a speed check.
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::seconds(seconds));

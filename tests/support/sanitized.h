@@ -14,4 +14,17 @@
 #endif
 #endif
 
+namespace gputune::testing {
+
+// How many times slower the instrumented build runs: the factor a test's
+// generous deadline (a bound on waiting for work to finish, never a speed
+// check) is scaled by, so it holds under the sanitizers on a loaded machine.
+#ifdef GPUTUNE_SANITIZED
+inline constexpr int kSlowdown = 3;
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+
+}  // namespace gputune::testing
+
 #endif  // GPUTUNE_TESTS_SUPPORT_SANITIZED_H_
