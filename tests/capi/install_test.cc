@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
@@ -14,17 +15,18 @@
 namespace gputune::testing {
 namespace {
 
-// A daemon, and the build's client packages installed into dir/prefix;
-// commands' output goes to dir/<log>.
+// A daemon, and the build installed into dir/prefix as the README does it
+// (the component "client": libraries, headers, CMake and pkg-config files,
+// gputunectl; libgputune_dense too where CUDA is built), with any other
+// components asked for; commands' output goes to dir/<log>.
 struct Installed {
-  explicit Installed(const std::string& log_name)
+  explicit Installed(const std::string& log_name,
+                     std::vector<std::string> components = {"client"})
       : daemon({"--backend=none"}),
         dir(daemon.dir()),
         prefix(dir + "/prefix"),
         log(dir + "/" + log_name) {
-    // What libgputune-dev, libgputune0, python3-gputune and gputuned-cuda
-    // (libgputune_dense) install.
-    for (const char* component : {"client", "libgputune0", "python", "cuda"}) {
+    for (const std::string& component : components) {
       if (!Sh(std::string(GPUTUNE_CMAKE_COMMAND) +
                   " --install '" GPUTUNE_BUILD_DIR "' --component " +
                   component + " --prefix '" + prefix + "'",
@@ -91,7 +93,8 @@ TEST_CASE("a C11 program builds against the installed C API and runs") {
 }
 
 TEST_CASE("the installed Python package finds the installed libgputune") {
-  Installed installed("python.log");
+  // python3-gputune's component, beside the client.
+  Installed installed("python.log", {"client", "python"});
   const std::string& dir = installed.dir;
   const std::string& prefix = installed.prefix;
   const std::string& log = installed.log;
@@ -113,6 +116,32 @@ TEST_CASE("the installed Python package finds the installed libgputune") {
   const std::string out = ReadFile(log);
   REQUIRE(out.find(prefix + "/lib/libgputune.so.0") != std::string::npos);
   REQUIRE(out.find("MISS") != std::string::npos);
+}
+
+TEST_CASE("pip installs the Python package offline and it loads the install") {
+  // The README's lines: the client into a prefix, the package with pip
+  // (offline, no build isolation: Debian's setuptools and wheel build it),
+  // GPUTUNE_LIBRARY naming the installed library.
+  Installed installed("pip.log");
+  const std::string& dir = installed.dir;
+  const std::string& log = installed.log;
+  // From a copy: setuptools writes build/ and *.egg-info into the tree.
+  const std::string install =
+      "cp -r '" GPUTUNE_SOURCE_DIR "/python' '" + dir + "/python' && cd '" +
+      dir +
+      "' && /usr/bin/python3 -m pip install --no-index --no-build-isolation "
+      "--no-deps --disable-pip-version-check --target site ./python";
+  const std::string run =
+      "cd '" + dir + "' && env -u LD_LIBRARY_PATH GPUTUNE_LIBRARY='" +
+      installed.prefix +
+      "/lib/libgputune.so.0' PYTHONPATH=site /usr/bin/python3 -c 'import "
+      "gputune, sys; print(gputune._capi.lib._name, \"version\", "
+      "gputune.Client(sys.argv[1]).status()[\"version\"])' " +
+      installed.daemon.endpoint();
+  if (!Sh(install, log) || !Sh(run, log)) FAIL(ReadFile(log));
+  const std::string out = ReadFile(log);
+  REQUIRE(out.find(installed.prefix + "/lib/libgputune.so.0 version ") !=
+          std::string::npos);
 }
 
 TEST_CASE("the Rust example builds with cargo offline against the install") {

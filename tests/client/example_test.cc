@@ -30,19 +30,27 @@ TEST_CASE("the example builds against the installed package and runs") {
   const std::string log = dir + "/install.log";
   INFO("log: " << log);
   const std::string cmake = GPUTUNE_CMAKE_COMMAND;
-  // What libgputune-dev and libgputune0 install.
-  bool ok = true;
-  for (const char* component : {"client", "libgputune0"}) {
-    ok = ok && Sh(cmake + " --install '" GPUTUNE_BUILD_DIR "' --component " +
-                      component + " --prefix '" + prefix + "'",
-                  log);
-  }
-  // The installed tree: headers, both libraries, package files.
+  // The README's install line: the component "client" alone is a whole
+  // client (what the packages libgputune0, libgputune-dev and gputunectl's
+  // hold).
+  bool ok = Sh(cmake +
+                   " --install '" GPUTUNE_BUILD_DIR
+                   "' --component client --prefix '" +
+                   prefix + "'",
+               log);
+  // The installed tree: headers, both libraries (the links and the files
+  // they point to: exists() follows links), package files, gputunectl.
   for (const char* path :
        {"include/gputune/client.h", "include/gputune/v1/tune.pb.h",
         "include/gputune/v1/tune.grpc.pb.h",
-        "include/gputune/proto/key_format.h",
-        GPUTUNE_INSTALL_LIBDIR "/cmake/gputune/gputuneConfig.cmake"}) {
+        "include/gputune/proto/key_format.h", "include/gputune/gputune.h",
+        GPUTUNE_INSTALL_LIBDIR "/cmake/gputune/gputuneConfig.cmake",
+        GPUTUNE_INSTALL_LIBDIR "/pkgconfig/gputune.pc",
+        GPUTUNE_INSTALL_LIBDIR "/pkgconfig/gputune-c.pc",
+        GPUTUNE_INSTALL_LIBDIR "/libgputune.so",
+        GPUTUNE_INSTALL_LIBDIR "/libgputune.so.0",
+        GPUTUNE_INSTALL_LIBDIR "/libgputune_api.so",
+        GPUTUNE_INSTALL_LIBDIR "/libgputune_api.so.0", "bin/gputunectl"}) {
     INFO(path);
     CHECK(std::filesystem::exists(prefix + "/" + path));
   }
@@ -73,6 +81,14 @@ TEST_CASE("the example builds against the installed package and runs") {
        Sh("'" + dir + "/example/gputune_example' " + daemon.endpoint(), log);
   if (!ok) FAIL(ReadFile(log));
   REQUIRE(ReadFile(log).find("lookup: hit (memo)") != std::string::npos);
+
+  SECTION("and its gputunectl answers status") {
+    ok = Sh("'" + prefix + "/bin/gputunectl' --endpoint=" + daemon.endpoint() +
+                " status",
+            log);
+    if (!ok) FAIL(ReadFile(log));
+    CHECK(ReadFile(log).find("backend") != std::string::npos);
+  }
 
   SECTION("and with pkg-config") {
     const std::string pc = "PKG_CONFIG_PATH='" + prefix +

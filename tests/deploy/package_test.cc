@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/deploy/service_support.h"
@@ -116,6 +117,14 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
   CHECK_THAT(postinst, !Catch::Contains("systemctl enable"));
   CHECK_THAT(postinst, !Catch::Contains("systemctl start"));
 
+  // The install component "client" (a whole client in one prefix, the same
+  // files as these packages) is no package of its own.
+  for (const auto& [name, path] : debs) {
+    INFO(name);
+    CHECK(std::set<std::string>{"gputuned", "gputuned-cuda", "libgputune0",
+                                "libgputune-dev", "python3-gputune"}
+              .count(name) == 1);
+  }
   if (GPUTUNE_PACKAGES_LIBGPUTUNE) {
     REQUIRE(debs.count("libgputune0") == 1);
     REQUIRE(debs.count("libgputune-dev") == 1);

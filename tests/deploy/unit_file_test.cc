@@ -20,7 +20,7 @@ class InstalledTree {
  public:
   InstalledTree() {
     // The default component: gputuned and deploy/'s files (the client
-    // library is the "client" component).
+    // library is the components libgputune0 and dev).
     const CommandResult r = RunCommand(std::string(GPUTUNE_CMAKE_COMMAND) +
                                        " --install " GPUTUNE_BUILD_DIR
                                        " --component Unspecified --prefix " +
