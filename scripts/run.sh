@@ -12,5 +12,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/install-deps.sh"
 GPUTUNE_TARGETS="gputuned gputunectl" bash "$root/scripts/build.sh"
 cd "$root"
-echo "gputune: starting gputuned; try: build/client/gputunectl --endpoint=unix://$root/var/gpu0.sock status" >&2
+echo "gputune: starting gputuned; from another terminal reach it with:" >&2
+echo "  export GPUTUNE_ENDPOINT=unix://$root/var/gpu0.sock; $root/build/client/gputunectl status" >&2
 exec "$root/build/daemon/gputuned" --backend=auto "$@"

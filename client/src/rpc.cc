@@ -9,14 +9,17 @@ namespace gputune::client_internal {
 namespace {
 
 // "systemctl status gputuned@N" for the systemd unit's socket, else a
-// generic check.
+// generic check. The unit's socket is also what a caller that named no
+// daemon gets (GPU 0's), so that hint says how to name another one: a
+// newcomer's daemon from scripts/run.sh listens in ./var.
 std::string HintFor(absl::string_view endpoint) {
   absl::string_view rest = endpoint;
   int device = 0;
   if (absl::ConsumePrefix(&rest, "unix:///run/gputuned/gpu") &&
       absl::ConsumeSuffix(&rest, ".sock") && absl::SimpleAtoi(rest, &device)) {
-    return absl::StrCat("is the service running? systemctl status gputuned@",
-                        device);
+    return absl::StrCat(
+        "is the service running? systemctl status gputuned@", device,
+        "; a daemon elsewhere: --endpoint or $GPUTUNE_ENDPOINT");
   }
   return absl::StrCat("is gputuned running and listening on ", endpoint,
                       "? (--endpoint, $GPUTUNE_ENDPOINT or --device choose "

@@ -700,6 +700,9 @@ TEST_CASE("gputunectl exit codes tell scripts what happened") {
   INFO(systemd.err);
   REQUIRE(systemd.exit_code == kExitUnavailable);
   REQUIRE(systemd.err.find("systemctl status gputuned@7") != std::string::npos);
+  // The default endpoint is this one too: say how to name another daemon.
+  REQUIRE(systemd.err.find("a daemon elsewhere: --endpoint or "
+                           "$GPUTUNE_ENDPOINT") != std::string::npos);
 }
 
 }  // namespace
