@@ -421,12 +421,16 @@ void DaemonMetrics::ReadFleetFrom(const FleetHooks* fleet) {
   // Each series reads the link's status: a few locks per render, none on a
   // serving path.
   auto add = [&](const char* name, const char* help, Type type,
-                 double (*field)(const v1::FleetStatus&)) {
-    registry_.AddCallback(name, help, type, [fleet, field] {
-      v1::FleetStatus status;
-      fleet->FillStatus(&status);
-      return field(status);
-    });
+                 double (*field)(const v1::FleetStatus&),
+                 MetricLabels labels = {}) {
+    registry_.AddCallback(
+        name, help, type,
+        [fleet, field] {
+          v1::FleetStatus status;
+          fleet->FillStatus(&status);
+          return field(status);
+        },
+        std::move(labels));
   };
   add("gputune_fleet_connected",
       "1 while the fleet link is connected and following the feed.",
@@ -490,6 +494,25 @@ void DaemonMetrics::ReadFleetFrom(const FleetHooks* fleet) {
       [](const v1::FleetStatus& s) {
         return static_cast<double>(s.outbox_overflow());
       });
+  constexpr char kSkipped[] =
+      "Fleet feed rows (and canonical answers) not adopted, by reason: "
+      "unparseable (not a valid entry), mismatch (its columns disagree with "
+      "its entry), oversized (over 1 MiB: skipped unread).";
+  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
+      [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.feed_unparseable());
+      },
+      {{"reason", "unparseable"}});
+  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
+      [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.feed_mismatched());
+      },
+      {{"reason", "mismatch"}});
+  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
+      [](const v1::FleetStatus& s) {
+        return static_cast<double>(s.feed_oversized());
+      },
+      {{"reason", "oversized"}});
   add("gputune_fleet_local_only_claims_total",
       "Claims made locally only because the fleet was unreachable.",
       Type::kCounter, [](const v1::FleetStatus& s) {

@@ -141,8 +141,10 @@ void PrintEntry(Context& ctx, const v1::GetEntryResponse& got) {
   if (e.has_fleet()) {
     about.AddRow(
         {"from fleet",
-         absl::StrCat("published by ", e.fleet().host(), " ", e.fleet().gpu(),
-                      " (", SourceName(e.fleet().published_source()),
+         absl::StrCat("published by role ",
+                      e.fleet().role().empty() ? "(unknown)" : e.fleet().role(),
+                      " (says ", e.fleet().host(), " ", e.fleet().gpu(), "; ",
+                      SourceName(e.fleet().published_source()),
                       "-measured; fleet claim ", e.fleet().fence(),
                       ", feed position ", e.fleet().seq(), ")")});
   }

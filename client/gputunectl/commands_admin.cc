@@ -76,10 +76,19 @@ int RunStatus(Context& ctx) {
                                     : "NOT CONNECTED (serving locally) to ",
                       f.target(),
                       f.error().empty() ? "" : absl::StrCat(": ", f.error()))});
-    t.AddRow({"fleet feed",
-              absl::StrCat("at ", f.feed_seq(), " of ", f.fleet_seq(), ", lag ",
-                           absl::FormatDuration(FromProto(f.feed_lag())), "; ",
-                           f.adopted(), " adopted")});
+    t.AddRow(
+        {"fleet feed",
+         absl::StrCat(
+             "at ", f.feed_seq(), " of ", f.fleet_seq(), ", lag ",
+             absl::FormatDuration(FromProto(f.feed_lag())), "; ", f.adopted(),
+             " adopted",
+             f.feed_unparseable() + f.feed_mismatched() + f.feed_oversized() ==
+                     0
+                 ? ""
+                 : absl::StrCat("; skipped ", f.feed_unparseable(),
+                                " unparseable, ", f.feed_mismatched(),
+                                " not matching their row, ", f.feed_oversized(),
+                                " oversized"))});
     t.AddRow(
         {"fleet outbox",
          absl::StrCat(

@@ -43,9 +43,6 @@ CREATE TABLE IF NOT EXISTS fleet_state (
 // a joining daemon of a 100,000-entry fleet under 64 MiB and its catch-up
 // under 5 s (docs/performance.md).
 constexpr int kFeedPage = 350;
-// An entry (8-64 candidates' measurements) is a few KiB; anything near this
-// is not one gputuned wrote.
-constexpr size_t kMaxFleetEntryBytes = 1 << 20;
 // Outbox rows read per pass.
 constexpr int kOutboxPage = 256;
 // Times PostgreSQL may refuse one row's data (tried alone, with backoff)
@@ -584,6 +581,12 @@ bool FleetLink::Answered(const OutboxRow& row,
       retry_at_[row.key_id] = clock_->Now() + options_.lease_ttl / 2;
       return false;
     }
+    case FleetConnection::PublishResult::kConflict:
+      refused_.fetch_add(1);
+      spdlog::warn(
+          "fleet: the publish of {} was refused: {}; keeping the local entry",
+          row.key_id, r.reason);
+      break;
     case FleetConnection::PublishResult::kSuperseded:
     case FleetConnection::PublishResult::kCanonical:
       refused_.fetch_add(1);
@@ -758,7 +761,13 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
   std::vector<std::string> erased;
   absl::Duration lag;
   const absl::Time now = clock_->Now();
-  for (const FleetConnection::FeedRow& row : rows) {
+  // The last row of each key in `rows` is its state (a deletion and a
+  // later publish of the key in one page: the publish).
+  absl::flat_hash_map<std::string, size_t> last;
+  for (size_t i = 0; i < rows.size(); ++i) last[rows[i].key_id] = i;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const FleetConnection::FeedRow& row = rows[i];
+    if (last[row.key_id] != i) continue;
     if (row.deleted) {  // deleted fleet-wide: here too, ours or not
       erased.push_back(row.key_id);
       continue;
@@ -768,32 +777,46 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
     // entry may have changed since (a re-import, a local delete and re-tune).
     if (row.publisher.instance == me_.instance && feed_seq != 0) continue;
     v1::Entry entry;
-    // From another process: bounded, parsed by protobuf and checked like an
-    // import.
-    if (row.entry.size() > kMaxFleetEntryBytes) {
+    // From another process: bounded (by its length, before its bytes are
+    // fetched), parsed by protobuf and checked like an import, and every
+    // column this daemon goes by checked against the entry. A row that
+    // fails is skipped and counted; the feed goes on past it.
+    if (row.oversized) {
+      feed_oversized_.fetch_add(1);
       spdlog::warn(
-          "fleet: the entry for {} at {} is {} bytes (at most {}): "
-          "skipped",
-          row.key_id, row.seq, row.entry.size(), kMaxFleetEntryBytes);
+          "fleet: the entry for {} at {} is {} bytes (at most {}): skipped "
+          "unread",
+          row.key_id, row.seq, row.entry_bytes, kMaxFleetEntryBytes);
       continue;
     }
     if (!entry.ParseFromString(row.entry)) {
+      feed_unparseable_.fetch_add(1);
       spdlog::warn("fleet: the entry for {} at {} does not parse: skipped",
                    row.key_id, row.seq);
       continue;
     }
     if (absl::Status s = ValidateEntry(entry, "fleet entry"); !s.ok()) {
+      feed_unparseable_.fetch_add(1);
       spdlog::warn("fleet: the entry for {} at {} is invalid ({}): skipped",
                    row.key_id, row.seq, std::string(s.message()));
       continue;
     }
     if (KeyId(entry.key()) != row.key_id ||
+        entry.key().candidate_set() != row.candidate_set ||
         FingerprintDigest(entry.fingerprint()) != fingerprint_) {
+      feed_mismatched_.fetch_add(1);
       spdlog::warn(
-          "fleet: the entry at {} does not match its row ({}): skipped",
-          row.seq, row.key_id);
+          "fleet: the entry at {} does not match its row (key {}, candidate "
+          "set {}, this daemon's fingerprint; the entry is for {}): skipped",
+          row.seq, row.key_id, row.candidate_set, KeyText(entry.key()));
       continue;
     }
+    // Who recorded it is what PostgreSQL vouches for (the row's role); the
+    // entry's own recorded_by is the publisher's word.
+    entry.set_recorded_by(row.role.empty()
+                              ? "fleet role unknown (published before fleet "
+                                "schema version 2)"
+                              : absl::StrCat("fleet role ", row.role));
     if (entry.source() != v1::SOURCE_FLEET) {
       v1::FleetOrigin* origin = entry.mutable_fleet();
       origin->set_published_source(entry.source());
@@ -804,6 +827,7 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
       origin->set_seq(row.seq);
       entry.set_source(v1::SOURCE_FLEET);
     }
+    entry.mutable_fleet()->set_role(row.role);
     const v1::KeyStatus local = arbiter_->Lookup(entry.key());
     if (local.state() == v1::KEY_STATE_HIT &&
         local.entry().execution().SerializeAsString() !=
@@ -859,6 +883,24 @@ absl::StatusOr<bool> FleetLink::FollowOnce(FleetConnection& conn) {
       conn.ReadFeed(fingerprint_, after, kFeedPage);
   if (!rows.ok()) return rows.status();
   if (rows->empty()) {
+    // A position beyond the fleet's sequence was never the fleet's (a row
+    // whose seq was written by hand, before schema version 2, moved it):
+    // follow the feed from its start again, which adopts nothing twice.
+    absl::StatusOr<uint64_t> head = conn.FeedHead();
+    if (!head.ok()) return head.status();
+    if (after > *head) {
+      spdlog::warn(
+          "fleet: this daemon's feed position {} is beyond the fleet's "
+          "sequence ({}): following the feed from the start",
+          after, *head);
+      absl::Status s = store_->Transact(
+          [&](Connection& db) { return SetState(db, "feed_seq", "0"); });
+      if (!s.ok()) return s;
+      absl::MutexLock lock(&mu_);
+      feed_seq_ = 0;
+      fleet_seq_ = *head;
+      return true;
+    }
     absl::MutexLock lock(&mu_);
     fleet_seq_ = std::max(fleet_seq_, after);
     return false;
@@ -969,6 +1011,9 @@ void FleetLink::FillStatus(v1::FleetStatus* status) const {
   status->set_local_only_claims(local_only_claims_.load());
   status->set_outbox_dropped(outbox_dropped_.load());
   status->set_publish_errors(publish_errors_.load());
+  status->set_feed_unparseable(feed_unparseable_.load());
+  status->set_feed_mismatched(feed_mismatched_.load());
+  status->set_feed_oversized(feed_oversized_.load());
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   status->set_connected(connected_);

@@ -19,8 +19,10 @@
 //  - follower: the feed connection. Connects, checks and migrates the
 //    schema, LISTENs, then adopts every feed row after the last adopted
 //    position (kept in the local database, so a restart or reconnect
-//    catches up), woken by NOTIFY or every poll_interval. Its state is the
-//    link's state in GetStatus.
+//    catches up), woken by NOTIFY or every poll_interval. Its position is
+//    the last row it read (never a value a row carries); rows it cannot use
+//    (oversized, unparseable, columns that disagree with their entry) are
+//    skipped and counted. Its state is the link's state in GetStatus.
 //  - publisher: drains the outbox with retry and backoff, a page of rows at
 //    a time, oldest first, moving on past rows that wait; each row is
 //    removed once the fleet answered it (accepted, or refused and the
@@ -153,7 +155,10 @@ class FleetLink final : public FleetHooks {
   // Adopts entries the fleet holds (serialized v1::Entry each, with where
   // they came from) into the store and the index; with `feed_seq`, the new
   // feed position is written in the same transaction. Feed rows published
-  // by this daemon only move the position.
+  // by this daemon only move the position; rows that cannot be used
+  // (oversized, unparseable, columns that disagree with the entry) are
+  // skipped and counted. The position is the caller's: the last row it
+  // read from the feed.
   absl::Status Adopt(const std::vector<FleetConnection::FeedRow>& rows,
                      uint64_t feed_seq);
   // Writes `entries` to the store and, for each of this fleet's
@@ -225,6 +230,10 @@ class FleetLink final : public FleetHooks {
   std::atomic<uint64_t> local_only_claims_{0};
   std::atomic<uint64_t> outbox_dropped_{0};
   std::atomic<uint64_t> publish_errors_{0};
+  // Feed rows skipped, by why (FleetStatus.feed_unparseable, ...).
+  std::atomic<uint64_t> feed_unparseable_{0};
+  std::atomic<uint64_t> feed_mismatched_{0};
+  std::atomic<uint64_t> feed_oversized_{0};
   int wake_fds_[2] = {-1, -1};  // a pipe: Stop wakes the follower's poll
   std::thread follower_;
   std::thread publisher_;

@@ -55,8 +55,71 @@ INSERT INTO fleet_meta VALUES ('schema_version', '1'),
                               ('fleet_id', gen_random_uuid()::text);
 )sql";
 
+// Version 2: rows vouched for by PostgreSQL (docs/operations.md, "Roles and
+// row-level security"; docs/architecture.md, "The fleet tier").
+constexpr char kSchemaV2[] = R"sql(
+-- Who published a row, as PostgreSQL knows it: set by the server (the
+-- trigger below), whatever the client sends. Rows from before stay NULL.
+ALTER TABLE fleet_entries ADD COLUMN publisher_role text;
+ALTER TABLE fleet_entries ALTER COLUMN publisher_role SET DEFAULT current_user;
+-- A fleet entry is a few KiB; NOT VALID: rows from before are not checked
+-- (the followers skip those by their length).
+ALTER TABLE fleet_entries ADD CONSTRAINT fleet_entries_size
+  CHECK (octet_length(entry) <= 1048576) NOT VALID;
+-- One live row per key and fingerprint. Before, a key could have one per
+-- candidate set; the newest is what every follower serves (the feed
+-- replaced the older ones), so the older ones become tombstones at their
+-- own feed position (not a new one: followers that read them already
+-- applied the newer row).
+UPDATE fleet_entries e SET deleted = true, entry = ''::bytea
+ WHERE NOT deleted AND EXISTS (
+   SELECT 1 FROM fleet_entries n WHERE n.fingerprint = e.fingerprint
+      AND n.key_id = e.key_id AND NOT n.deleted AND n.seq > e.seq);
+CREATE UNIQUE INDEX fleet_entries_live ON fleet_entries (fingerprint, key_id)
+  WHERE NOT deleted;
+-- A feed position the sequence never handed out (written by hand) is taken
+-- back into it, at the end of the feed.
+UPDATE fleet_entries SET seq = nextval('fleet_feed')
+ WHERE seq > (SELECT last_value FROM fleet_feed);
+-- Every insert and update of a row: its feed position from the sequence,
+-- under the fingerprint's feed lock (so positions commit in order, however
+-- the row was written), its role and its time from the server.
+CREATE FUNCTION fleet_entries_stamp() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(NEW.fingerprint, 0));
+  NEW.seq := nextval('fleet_feed');
+  NEW.publisher_role := current_user;
+  NEW.published_at := clock_timestamp();
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fleet_entries_stamp BEFORE INSERT OR UPDATE ON fleet_entries
+  FOR EACH ROW EXECUTE FUNCTION fleet_entries_stamp();
+-- Row-level security (the owner and superusers bypass it): every role
+-- reads every row; a role inserts live rows as itself, and updates its own
+-- live rows and tombstones (a publish after a deletion revives one); only
+-- members of gputune_operator update any row and make tombstones
+-- (gputunectl delete --fleet). No policy for DELETE: no role but the
+-- owner removes rows.
+CREATE FUNCTION fleet_is_operator() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'gputune_operator'
+                    AND pg_has_role(current_user, r.oid, 'MEMBER'))
+$$;
+ALTER TABLE fleet_entries ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_entries_read ON fleet_entries FOR SELECT USING (true);
+CREATE POLICY fleet_entries_insert ON fleet_entries FOR INSERT
+  WITH CHECK (publisher_role = current_user AND NOT deleted);
+CREATE POLICY fleet_entries_update ON fleet_entries FOR UPDATE
+  USING (publisher_role = current_user OR deleted OR fleet_is_operator())
+  WITH CHECK (publisher_role = current_user
+              AND (NOT deleted OR fleet_is_operator()));
+UPDATE fleet_meta SET value = '2' WHERE name = 'schema_version';
+)sql";
+static_assert(kMaxFleetEntryBytes == 1048576, "the CHECK in kSchemaV2");
+
 // Every migration takes the schema from version i to i + 1.
-constexpr const char* kMigrations[] = {kSchemaV1};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
 static_assert(std::size(kMigrations) == kFleetSchemaVersion);
 
 // Serialises schema creation among daemons starting at once.
@@ -211,9 +274,18 @@ std::string Ms(absl::Duration d) {
   return absl::StrCat(absl::ToInt64Milliseconds(d));
 }
 
-constexpr char kRowColumns[] =
-    "seq, key_id, candidate_set, deleted, entry, host, gpu, instance, fence, "
-    "extract(epoch FROM published_at) * 1000000";
+// A row's columns, RowAt's order. An entry longer than kMaxFleetEntryBytes
+// (a row from before the schema's CHECK) comes back as NULL with its
+// length: its bytes never leave the server.
+const std::string& RowColumns() {
+  static const std::string* const columns = new std::string(absl::StrCat(
+      "seq, key_id, candidate_set, deleted, CASE WHEN octet_length(entry) <= ",
+      kMaxFleetEntryBytes,
+      " THEN entry END, host, gpu, instance, fence, "
+      "extract(epoch FROM published_at) * 1000000, "
+      "coalesce(publisher_role, ''), octet_length(entry)"));
+  return *columns;
+}
 
 FleetConnection::FeedRow RowAt(const Result& r, int i) {
   FleetConnection::FeedRow row;
@@ -221,12 +293,15 @@ FleetConnection::FeedRow RowAt(const Result& r, int i) {
   row.key_id = Value(r, i, 1);
   row.candidate_set = Value(r, i, 2);
   row.deleted = BoolValue(r, i, 3);
-  if (!row.deleted) row.entry = ByteaValue(r, i, 4);
+  row.entry_bytes = UintValue(r, i, 11);
+  row.oversized = PQgetisnull(r.get(), i, 4) != 0;
+  if (!row.deleted && !row.oversized) row.entry = ByteaValue(r, i, 4);
   row.publisher = {Value(r, i, 5), Value(r, i, 6), Value(r, i, 7)};
   row.fence = UintValue(r, i, 8);
   double micros = 0;
   (void)absl::SimpleAtod(Value(r, i, 9), &micros);
   row.published_at = absl::FromUnixMicros(static_cast<int64_t>(micros));
+  row.role = Value(r, i, 10);
   return row;
 }
 
@@ -236,7 +311,7 @@ absl::StatusOr<std::optional<FleetConnection::FeedRow>> Canonical(
     const std::string& candidate_set) {
   absl::StatusOr<Result> r =
       Exec(conn,
-           absl::StrCat("SELECT ", kRowColumns,
+           absl::StrCat("SELECT ", RowColumns(),
                         " FROM fleet_entries WHERE fingerprint = $1 AND "
                         "key_id = $2 AND candidate_set = $3 AND NOT deleted")
                .c_str(),
@@ -296,6 +371,25 @@ absl::StatusOr<FleetConnection::PublishResult> PublishLocked(
   }
   absl::StatusOr<std::optional<FeedRow>> existing = canonical();
   if (!existing.ok()) return existing.status();
+  if (!existing->has_value()) {
+    // One live row per key: the key's entry for another candidate set
+    // stays the fleet's until an operator deletes it.
+    absl::StatusOr<Result> other =
+        Exec(conn_,
+             "SELECT candidate_set, coalesce(publisher_role, '(unknown)') "
+             "FROM fleet_entries WHERE fingerprint = $1 AND key_id = $2 "
+             "AND NOT deleted",
+             {Text(fingerprint), Text(key_id)});
+    if (!other.ok()) return other.status();
+    if (PQntuples(other->get()) > 0) {
+      result.outcome = PublishResult::kConflict;
+      result.reason = absl::StrCat(
+          "the fleet's entry for the key is for candidate set ",
+          Value(*other, 0, 0), " (published by role ", Value(*other, 0, 1),
+          "): gputunectl delete --fleet, as an operator, replaces it");
+      return result;
+    }
+  }
   if (existing->has_value()) {
     if ((*existing)->publisher.instance == me.instance &&
         (*existing)->fence == fence) {
@@ -416,7 +510,7 @@ FleetConnection::~FleetConnection() { PQfinish(conn_); }
 
 bool FleetConnection::ok() const { return PQstatus(conn_) == CONNECTION_OK; }
 
-absl::StatusOr<std::string> FleetConnection::PrepareSchema() {
+absl::StatusOr<std::string> FleetConnection::PrepareSchema(int up_to) {
   return InTransaction<
       std::string>(conn_, [&]() -> absl::StatusOr<std::string> {
     if (auto r = Exec(conn_, kSchemaLock); !r.ok()) return r.status();
@@ -441,7 +535,7 @@ absl::StatusOr<std::string> FleetConnection::PrepareSchema() {
           " is newer than this gputuned understands (", kFleetSchemaVersion,
           "): upgrade gputuned on this host; serving locally until then"));
     }
-    for (int64_t v = version; v < kFleetSchemaVersion; ++v) {
+    for (int64_t v = version; v < std::min(up_to, kFleetSchemaVersion); ++v) {
       if (auto r = Exec(conn_, kMigrations[v]); !r.ok()) {
         if (r.status().code() == absl::StatusCode::kPermissionDenied) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -635,9 +729,11 @@ absl::StatusOr<std::vector<FleetConnection::FeedRow>> FleetConnection::ReadFeed(
     const std::string& fingerprint, uint64_t after_seq, int limit) {
   absl::StatusOr<Result> r = Exec(
       conn_,
-      absl::StrCat("SELECT ", kRowColumns,
-                   " FROM fleet_entries WHERE fingerprint = $1 AND seq > $2 "
-                   "ORDER BY fingerprint, seq LIMIT $3")
+      absl::StrCat(
+          "SELECT ", RowColumns(),
+          " FROM fleet_entries WHERE fingerprint = $1 AND seq > $2 "
+          "  AND seq <= coalesce(pg_sequence_last_value('fleet_feed'), 0) "
+          "ORDER BY fingerprint, seq LIMIT $3")
           .c_str(),
       {Text(fingerprint), Int(after_seq), Int(static_cast<uint64_t>(limit))});
   if (!r.ok()) return r.status();
@@ -654,6 +750,13 @@ absl::StatusOr<uint64_t> FleetConnection::LastSeq(
       conn_,
       "SELECT coalesce(max(seq), 0) FROM fleet_entries WHERE fingerprint = $1",
       {Text(fingerprint)});
+  if (!r.ok()) return r.status();
+  return UintValue(*r, 0, 0);
+}
+
+absl::StatusOr<uint64_t> FleetConnection::FeedHead() {
+  absl::StatusOr<Result> r =
+      Exec(conn_, "SELECT coalesce(pg_sequence_last_value('fleet_feed'), 0)");
   if (!r.ok()) return r.status();
   return UintValue(*r, 0, 0);
 }

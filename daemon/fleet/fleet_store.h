@@ -7,11 +7,14 @@
 //   absl::StatusOr<std::string> fleet_id = (*c)->PrepareSchema();
 //   absl::StatusOr<ClaimResult> claim = (*c)->Claim(fp, key, me, ttl);
 //
-// Schema (fleet_meta.schema_version = 1):
+// Schema (fleet_meta.schema_version = 2):
 //   fleet_meta(name PRIMARY KEY, value)  -- schema_version, fleet_id
 //   fleet_entries(fingerprint, key_id, candidate_set  PRIMARY KEY,
 //                 seq UNIQUE per fingerprint (the change feed), deleted,
-//                 fence, host, gpu, instance, entry bytea, published_at)
+//                 fence, host, gpu, instance, entry bytea (CHECK: at most
+//                 kMaxFleetEntryBytes), published_at, publisher_role;
+//                 UNIQUE (fingerprint, key_id) WHERE NOT deleted;
+//                 row-level security)
 //   fleet_claims(fingerprint, key_id  PRIMARY KEY, fence, host, gpu,
 //                instance, expires_at, released)
 //   sequences fleet_fence (fencing numbers) and fleet_feed (feed order)
@@ -33,6 +36,15 @@
 //    reader that has seen seq N never later finds a row < N appear.
 //  - A publish sends NOTIFY on the fingerprint's channel; readers poll too,
 //    since a notification is lost while a listener is disconnected.
+// And the schema enforces, whoever writes (a trigger and row-level
+// security; docs/operations.md, "Roles and row-level security"):
+//  - a row's seq comes from fleet_feed under the feed lock, its
+//    publisher_role is the writing role and its published_at the server's
+//    clock, whatever the statement says;
+//  - one live row per (fingerprint, key): a publish for another candidate
+//    set than the live row's is refused (CONFLICT);
+//  - a non-owner role inserts live rows as itself and updates only its own
+//    live rows and tombstones, unless it is a member of gputune_operator.
 //
 // Not thread-safe: one thread at a time per connection. Every call blocks on
 // the network for at most the statement timeout given to Connect.
@@ -44,6 +56,7 @@
 #ifndef GPUTUNE_DAEMON_FLEET_FLEET_STORE_H_
 #define GPUTUNE_DAEMON_FLEET_FLEET_STORE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,7 +71,11 @@ typedef struct pg_conn PGconn;
 
 namespace gputune::fleet {
 
-inline constexpr int kFleetSchemaVersion = 1;
+inline constexpr int kFleetSchemaVersion = 2;
+// The most bytes a fleet entry may have (a CHECK in the schema; longer rows
+// from before it are skipped unread). An entry (8-64 candidates'
+// measurements) is a few KiB.
+inline constexpr size_t kMaxFleetEntryBytes = 1 << 20;
 
 // Who a daemon is, as the fleet names it.
 struct FleetIdentity {
@@ -89,7 +106,15 @@ class FleetConnection {
     std::string candidate_set;
     bool deleted = false;
     std::string entry;  // serialized v1::Entry (empty when deleted)
+    // Its length in the database; with `oversized` (more than
+    // kMaxFleetEntryBytes) `entry` was not fetched and is empty.
+    uint64_t entry_bytes = 0;
+    bool oversized = false;
+    // What the publisher says of itself (columns it wrote).
     FleetIdentity publisher;
+    // The PostgreSQL role that wrote the row, set by the server (empty for
+    // a row from before schema version 2).
+    std::string role;
     uint64_t fence = 0;
     absl::Time published_at;
   };
@@ -101,8 +126,9 @@ class FleetConnection {
   // an advisory lock: many daemons may start at once); returns the fleet's
   // id (a UUID made with the schema). FAILED_PRECONDITION for a schema newer
   // than kFleetSchemaVersion (nothing touched) or a role that may not create
-  // a missing schema.
-  absl::StatusOr<std::string> PrepareSchema();
+  // a missing schema. `up_to` stops at an older version (for tests of the
+  // migrations).
+  absl::StatusOr<std::string> PrepareSchema(int up_to = kFleetSchemaVersion);
 
   struct ClaimResult {
     enum Outcome { kGranted, kHeld, kCanonical };
@@ -130,12 +156,15 @@ class FleetConnection {
                        const std::string& key_id, uint64_t fence);
 
   struct PublishResult {
-    enum Outcome { kAccepted, kCanonical, kSuperseded, kHeld };
+    // kConflict: the fleet's live entry for the key is for another
+    // candidate set (one live row per key); it stays until an operator
+    // deletes it.
+    enum Outcome { kAccepted, kCanonical, kSuperseded, kHeld, kConflict };
     Outcome outcome = kAccepted;
     uint64_t seq = 0;  // kAccepted: the feed position
     // kCanonical, kSuperseded: the fleet's entry, if it has one.
     std::optional<FeedRow> canonical;
-    std::string reason;  // kSuperseded, kHeld: for the log
+    std::string reason;  // kSuperseded, kHeld, kConflict: for the log
   };
   // Publishes `entry` (a serialized v1::Entry) under `fence` (0: unfenced),
   // following the rules above. A repeat of an accepted publish (same
@@ -168,9 +197,13 @@ class FleetConnection {
   absl::StatusOr<uint64_t> Delete(const std::string& fingerprint,
                                   const std::vector<std::string>& key_ids);
 
-  // Up to `limit` feed rows of the fingerprint after `after_seq`, in order.
+  // Up to `limit` feed rows of the fingerprint after `after_seq`, in order,
+  // none beyond FeedHead: a position the sequence never handed out (a row
+  // from before schema version 2, its seq written by hand) is not read.
   absl::StatusOr<std::vector<FeedRow>> ReadFeed(const std::string& fingerprint,
                                                 uint64_t after_seq, int limit);
+  // The last position the fleet_feed sequence handed out (0: none yet).
+  absl::StatusOr<uint64_t> FeedHead();
   // The fingerprint's newest feed position (0 when it has none).
   absl::StatusOr<uint64_t> LastSeq(const std::string& fingerprint);
 

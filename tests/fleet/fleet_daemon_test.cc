@@ -534,7 +534,7 @@ TEST_CASE(
     REQUIRE(WaitUntil([&] { return Connected(maker); }));
   }
   pg.CreateDatabase("empty");
-  // docs/operations.md, "Roles and grants".
+  // docs/operations.md, "Roles and row-level security": one role for all.
   pg.Query("postgres", "CREATE ROLE gputune_daemon LOGIN PASSWORD 'daemon-pw'");
   pg.Query("granted",
            "GRANT CONNECT ON DATABASE granted TO gputune_daemon;"

@@ -44,18 +44,78 @@ TEST_CASE("the fleet schema is made once, kept, and a newer one is refused") {
   CHECK(*again == *id);
   CHECK(pg.QueryNumber("schema",
                        "SELECT value::int FROM fleet_meta WHERE "
-                       "name = 'schema_version'") == 1);
+                       "name = 'schema_version'") == kFleetSchemaVersion);
 
-  pg.Query("schema",
-           "UPDATE fleet_meta SET value = '2' WHERE name = 'schema_version'");
+  const int next = kFleetSchemaVersion + 1;
+  pg.Query("schema", "UPDATE fleet_meta SET value = '" + std::to_string(next) +
+                         "' WHERE name = 'schema_version'");
   absl::StatusOr<std::string> newer = (*a)->PrepareSchema();
   REQUIRE(!newer.ok());
   CHECK(newer.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(std::string(newer.status().message())
-            .find("fleet schema version 2 is newer") != std::string::npos);
+            .find("fleet schema version " + std::to_string(next) +
+                  " is newer") != std::string::npos);
   CHECK(pg.QueryNumber("schema",
                        "SELECT value::int FROM fleet_meta WHERE "
+                       "name = 'schema_version'") == next);
+}
+
+TEST_CASE(
+    "a version 1 fleet database migrates to version 2: one live row per key "
+    "(the newest), feed positions back inside the sequence, oversized rows "
+    "kept but never fetched") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("migrate");
+  auto c = FleetConnection::Connect(conninfo, absl::Seconds(5));
+  REQUIRE(c.ok());
+  REQUIRE((*c)->PrepareSchema(/*up_to=*/1).ok());
+  // What a version 1 fleet could hold: two live rows of one key, a row
+  // with a forged position, one of 2 MiB.
+  auto row = [](const std::string& key, const std::string& cs,
+                const std::string& seq, const std::string& entry) {
+    return "INSERT INTO fleet_entries (fingerprint, key_id, candidate_set, "
+           "seq, fence, host, gpu, instance, entry) VALUES ('" +
+           std::string(kFp) + "', '" + key + "', '" + cs + "', " + seq +
+           ", 0, 'h', 'g', 'i', " + entry + ");";
+  };
+  pg.Query("migrate",
+           row("k", "cs1", "nextval('fleet_feed')", "'\\x01'::bytea") +
+               row("k", "cs2", "nextval('fleet_feed')", "'\\x02'::bytea") +
+               row("forged", "cs1", "9000000000000000000", "'\\x03'::bytea") +
+               row("big", "cs1", "nextval('fleet_feed')",
+                   "decode(repeat('ab', 2 << 20), 'hex')"));
+  REQUIRE((*c)->PrepareSchema().ok());
+  CHECK(pg.QueryNumber("migrate",
+                       "SELECT value::int FROM fleet_meta WHERE "
                        "name = 'schema_version'") == 2);
+  auto live = pg.Query("migrate",
+                       "SELECT candidate_set FROM fleet_entries WHERE key_id "
+                       "= 'k' AND NOT deleted");
+  REQUIRE(live.size() == 1);
+  CHECK(live[0][0] == "cs2");
+  auto head = (*c)->FeedHead();
+  REQUIRE(head.ok());
+  auto feed = (*c)->ReadFeed(kFp, 0, 100);
+  REQUIRE(feed.ok());
+  REQUIRE(feed->size() == 4);  // the forged row too, inside the sequence
+  for (const FleetConnection::FeedRow& r : *feed) {
+    CHECK(r.seq <= *head);
+    CHECK(r.role.empty());  // written before roles were recorded
+    if (r.key_id == "big") {
+      CHECK(r.oversized);
+      CHECK(r.entry.empty());
+      CHECK(r.entry_bytes == (2u << 20));
+    } else {
+      CHECK_FALSE(r.oversized);
+    }
+  }
+  CHECK(feed->back().key_id == "forged");
+  // And from now on the schema holds it so.
+  CHECK_THROWS(pg.Query("migrate", row("k", "cs3", "1", "'\\x04'::bytea")));
+  CHECK_THROWS(pg.Query(
+      "migrate",
+      row("big2", "cs1", "1", "decode(repeat('ab', 2 << 20), 'hex')")));
 }
 
 TEST_CASE(
@@ -252,6 +312,39 @@ TEST_CASE(
   auto last = listener->LastSeq(kFp);
   REQUIRE(last.ok());
   CHECK(*last == again->seq);
+}
+
+}  // namespace gputune::fleet
+
+namespace gputune::fleet {
+
+TEST_CASE(
+    "a publish for another candidate set than the key's live fleet entry is "
+    "refused until the entry is deleted") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  auto a = Connect(pg.CreateDatabase("candidates"));
+  auto first = a->Publish(kFp, "k", "cs1", 0, "entry-cs1", kA);
+  REQUIRE(first.ok());
+  REQUIRE(first->outcome == FleetConnection::PublishResult::kAccepted);
+  auto other = a->Publish(kFp, "k", "cs2", 0, "entry-cs2", kB);
+  REQUIRE(other.ok());
+  CHECK(other->outcome == FleetConnection::PublishResult::kConflict);
+  CHECK(other->reason.find("candidate set cs1 (published by role postgres)") !=
+        std::string::npos);
+  CHECK(pg.QueryNumber("candidates",
+                       "SELECT count(*) FROM fleet_entries WHERE NOT "
+                       "deleted") == 1);
+  REQUIRE(a->Delete(kFp, {"k"}).ok());
+  auto after = a->Publish(kFp, "k", "cs2", 0, "entry-cs2", kB);
+  REQUIRE(after.ok());
+  CHECK(after->outcome == FleetConnection::PublishResult::kAccepted);
+  auto feed = a->ReadFeed(kFp, 0, 10);
+  REQUIRE(feed.ok());
+  REQUIRE(feed->size() == 2);  // the cs1 tombstone, then the cs2 entry
+  CHECK(feed->front().deleted);
+  CHECK(feed->back().candidate_set == "cs2");
+  CHECK(feed->back().role == "postgres");
 }
 
 }  // namespace gputune::fleet
