@@ -14,7 +14,8 @@
 // where the choice is slower than the default beyond 2 %, the heuristic algos
 // whose rebuild differs from the heuristic's bytes, and the total tuning
 // time. Writes DIR/dense_bench.json and DIR/dense_bench.txt (the table, also
-// printed last).
+// printed last), both rewritten after every key: a run cut short by a
+// timeout leaves the rows of every key it finished.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -285,6 +287,31 @@ std::string Table(const Fingerprint& fp, double copy_bw,
   return o.str();
 }
 
+// Writes `content` to path through a temporary file and a rename, so a
+// reader (or a kill between keys) never sees a half-written file.
+void WriteAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+// DIR/dense_bench.json and DIR/dense_bench.txt with the rows so far.
+void WriteResults(const std::string& out_dir, const Fingerprint& fp,
+                  double copy_bw, double budget, const std::vector<Row>& rows,
+                  double total_tune_wall) {
+  WriteAtomically(out_dir + "/dense_bench.json",
+                  Json(fp, copy_bw, budget, rows, total_tune_wall));
+  WriteAtomically(out_dir + "/dense_bench.txt",
+                  Table(fp, copy_bw, rows, total_tune_wall));
+}
+
 int Main(int argc, char** argv) {
   std::string out_dir = ".";
   double budget = 0.5;
@@ -360,14 +387,13 @@ int Main(int argc, char** argv) {
                 << " (" << row.tune_wall_seconds << " s; " << row.report.reason
                 << ")\n";
       rows.push_back(std::move(row));
+      // Both files are rewritten after every key, so that a run stopped by
+      // run.sh's timeout still leaves every finished key's row.
+      WriteResults(out_dir, fp, copy_bw, budget, rows, total_tune_wall);
     }
   }
-
-  const std::string json = Json(fp, copy_bw, budget, rows, total_tune_wall);
-  const std::string table = Table(fp, copy_bw, rows, total_tune_wall);
-  std::ofstream(out_dir + "/dense_bench.json") << json;
-  std::ofstream(out_dir + "/dense_bench.txt") << table;
-  std::cout << table;
+  WriteResults(out_dir, fp, copy_bw, budget, rows, total_tune_wall);
+  std::cout << Table(fp, copy_bw, rows, total_tune_wall);
   return 0;
 }
 
