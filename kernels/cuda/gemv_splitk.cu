@@ -204,11 +204,23 @@ int64_t KChunk(const GemvSplitKParams& params, const DenseShape& shape) {
   return CeilDiv(CeilDiv(shape.k, params.split_k), kWarpStep) * kWarpStep;
 }
 
+// Non-empty K chunks: KChunk's rounding up to a warp step can leave the last
+// of split_k chunks with nothing (K=14336, split_k=16: chunks of 1024, 14 of
+// them), so only these are launched and reduced.
+int64_t KChunks(const GemvSplitKParams& params, const DenseShape& shape) {
+  return CeilDiv(shape.k, KChunk(params, shape));
+}
+
 bool IsPowerOfTwoUpTo(int64_t value, int64_t max) {
   return value >= 1 && value <= max && (value & (value - 1)) == 0;
 }
 
 }  // namespace
+
+int64_t GemvSplitKChunks(const GemvSplitKParams& params,
+                         const DenseShape& shape) {
+  return params.split_k <= 1 ? 1 : KChunks(params, shape);
+}
 
 uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
                                   const DenseShape& shape) {
@@ -307,6 +319,8 @@ std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,
     const int64_t warps_needed = CeilDiv(shape.n, rows);
     int64_t split = 1;
     while (split < max_split && warps_needed * split < target_warps) split *= 2;
+    // As many as are not empty after KChunk's rounding.
+    split = GemvSplitKChunks({.split_k = static_cast<int>(split)}, shape);
     add({.rows_per_warp = rows, .warps = 4, .split_k = 1, .m_tile = m_tile});
     if (split > 1) {
       add({.rows_per_warp = rows,
@@ -316,7 +330,7 @@ std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,
     }
   }
   add({.rows_per_warp = 1, .warps = 8, .split_k = 1, .m_tile = m_tile});
-  if (max_split >= 2) {
+  if (max_split >= 2 && GemvSplitKChunks({.split_k = 2}, shape) == 2) {
     add({.rows_per_warp = 2, .warps = 4, .split_k = 2, .m_tile = m_tile});
   }
   // Short K and many tokens leave few variants: smaller CTAs spread a small N
@@ -341,6 +355,9 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                              ": no kernel for these params");
   }
   const bool split = params.split_k > 1;
+  // Empty chunks are neither launched nor reduced (an entry from before
+  // candidates were trimmed may still ask for them).
+  const int64_t chunks = GemvSplitKChunks(params, shape);
   if (split && workspace == nullptr) {
     throw std::runtime_error(std::string(kGemvSplitKKernel) +
                              ": split_k > 1 needs a workspace");
@@ -348,7 +365,7 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
   const int64_t rows_per_cta =
       static_cast<int64_t>(params.warps) * params.rows_per_warp;
   const dim3 grid(static_cast<unsigned>(CeilDiv(shape.n, rows_per_cta)),
-                  static_cast<unsigned>(params.split_k),
+                  static_cast<unsigned>(chunks),
                   static_cast<unsigned>(CeilDiv(shape.m, params.m_tile)));
   const dim3 block(static_cast<unsigned>(params.warps * 32));
   float* partial = split ? static_cast<float*>(workspace) : nullptr;
@@ -364,7 +381,8 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
     LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
                  dim3(threads), stream, &SplitKReduceKernel,
                  static_cast<const float*>(partial),
-                 static_cast<__nv_bfloat16*>(y), count, params.split_k);
+                 static_cast<__nv_bfloat16*>(y), count,
+                 static_cast<int>(chunks));
   }
 }
 

@@ -39,6 +39,13 @@ struct GemvSplitKParams {
                          const GemvSplitKParams&) = default;
 };
 
+// K chunks a launch computes and reduces: split_k less the chunks that
+// rounding each up to a 256-element warp step leaves empty (K=14336 with
+// split_k=16 has 14); 1 without split-K. Candidates always have
+// split_k == GemvSplitKChunks.
+int64_t GemvSplitKChunks(const GemvSplitKParams& params,
+                         const DenseShape& shape);
+
 // fp32 partials for split_k > 1 (split_k * M * N * 4 bytes), else 0.
 uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
                                   const DenseShape& shape);

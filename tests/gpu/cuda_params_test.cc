@@ -3,6 +3,8 @@
 // every machine.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/reference.h"
 #include "kernels/dense.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/support/catch.h"
@@ -127,6 +130,95 @@ TEST_CASE(
   std::string error;
   REQUIRE(LtAlgoConfigFromExecution(*parsed, &back, &error));
   CHECK(back == config);
+}
+
+TEST_CASE(
+    "cuBLASLt config values past INT32_MAX survive the int32 params of an "
+    "entry") {
+  // gputune.v1.Execution's params are int32; cuBLASLt's uint32 attributes
+  // can use all 32 bits (custom_option, tile ids of newer releases).
+  const LtAlgoConfig config{.algo_id = 66,
+                            .tile = 0xFFFFFFF0u,
+                            .stages = 0x80000000u,
+                            .splitk = 1,
+                            .reduction_scheme = 0x7FFFFFFFu,
+                            .swizzle = 0xFFFFFFFFu,
+                            .custom_option = 0x80000001u};
+  const Execution exec = ToExecution(config, 0);
+  Execution through_proto = exec;  // what ToProto/FromProto keep of each
+  for (auto& [name, value] : through_proto.params) {
+    INFO(name << "=" << value);
+    CHECK(value >= std::numeric_limits<int32_t>::min());
+    CHECK(value <= std::numeric_limits<int32_t>::max());
+    value = static_cast<int32_t>(value);
+  }
+  LtAlgoConfig back;
+  std::string error;
+  REQUIRE(LtAlgoConfigFromExecution(through_proto, &back, &error));
+  CHECK(back == config);
+  // A plain uint32 value (an in-process Execution) reads back too.
+  Execution plain = exec;
+  plain.params["tile"] = 0xFFFFFFF0ll;
+  REQUIRE(LtAlgoConfigFromExecution(plain, &back, &error));
+  CHECK(back.tile == 0xFFFFFFF0u);
+  plain.params["tile"] = 0x100000000ll;
+  CHECK_FALSE(LtAlgoConfigFromExecution(plain, &back, &error));
+  CHECK(error.find("tile") != std::string::npos);
+}
+
+TEST_CASE("the driver's build is read from /proc/driver/nvidia/version") {
+  CHECK(NvidiaDriverBuild(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun "
+            "Jul 27 07:09:58 UTC 2025\nGCC version:  gcc version 12.2.0\n") ==
+        "580.65.06");
+  CHECK(NvidiaDriverBuild("NVRM version: NVIDIA UNIX Open Kernel Module for "
+                          "x86_64  570.124.06  Release Build  (dvs-builder@U16)"
+                          "  Wed Feb 26 01:03:13 UTC 2025\n") == "570.124.06");
+  CHECK(NvidiaDriverBuild("").empty());
+  CHECK(NvidiaDriverBuild("garbage without a version\n").empty());
+  // Only the first line counts.
+  CHECK(NvidiaDriverBuild("NVRM version: ?\nKernel Module 1.2.3\n").empty());
+}
+
+TEST_CASE("split-K GEMV launches no empty K chunk") {
+  // K=14336 in chunks rounded up to 256 elements: split_k=16 gives chunks of
+  // 1024, of which 14 hold all of K.
+  const DenseShape down{.m = 4, .n = 4096, .k = 14336};
+  CHECK(GemvSplitKChunks({.split_k = 16}, down) == 14);
+  CHECK(GemvSplitKChunks({.split_k = 1}, down) == 1);
+  CHECK(GemvSplitKChunks({.split_k = 4}, down) == 4);
+  for (const int64_t m : {1, 4, 16}) {
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{4096, 4096},
+                                                  {14336, 4096},
+                                                  {28672, 8192},
+                                                  {8192, 10240},
+                                                  {1280, 4096},
+                                                  {2304, 1024},
+                                                  {14336, 1024},
+                                                  {16640, 512}}) {
+      const DenseShape shape{.m = m, .n = n, .k = k};
+      INFO(testing::ShapeName(shape));
+      for (const auto& params : GemvSplitKCandidates(shape, 132)) {
+        INFO(ToExecution(params, shape).ToString());
+        CHECK(GemvSplitKChunks(params, shape) == params.split_k);
+      }
+    }
+  }
+}
+
+TEST_CASE("the reference is split into launches of whole tiles") {
+  const DenseShape big{.m = 16, .n = 1 << 20, .k = 1 << 20};
+  const int64_t columns = DeviceReferenceColumns(big, 4.0 * (1ull << 30));
+  CHECK(columns % 64 == 0);
+  CHECK(columns >= 64);
+  CHECK(columns * big.m * big.k <= 4.0 * (1ull << 30) + 64.0 * big.m * big.k);
+  // A small shape is one launch of at least N columns.
+  const DenseShape small{.m = 1, .n = 100, .k = 64};
+  CHECK(DeviceReferenceColumns(small, 4.0 * (1ull << 30)) >= small.n);
+  CHECK(DeviceReferenceColumns(small, 4.0 * (1ull << 30)) % 64 == 0);
+  // Never below one tile, however small the budget.
+  CHECK(DeviceReferenceColumns(big, 1) == 64);
 }
 
 TEST_CASE(
