@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_splitk.h"
 #include "kernels/cuda/l2_scrub.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/cuda/stream_delay.h"
 
@@ -164,6 +165,7 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   cudaDeviceProp prop{};
   CheckCuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   sm_count_ = prop.multiProcessorCount;
+  cc_major_ = prop.major;
   l2_bytes_ = static_cast<uint64_t>(prop.l2CacheSize);
   int driver = 0;
   int runtime = 0;
@@ -380,9 +382,23 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   for (const auto& extra : options_.extra_kernels) {
     own.push_back(Execution{extra.name, {}, 0});
   }
+  // The two own families alternate, so that when slots run short both are
+  // measured: the GEMV (CUDA cores, best at M 1-4) and the tensor-core
+  // skinny kernel (M 8-16).
+  std::vector<Execution> gemv;
   for (const auto& params : GemvSplitKCandidates(shape, sm_count_)) {
-    Execution exec = ToExecution(params, shape);
-    if (exec.workspace_bytes <= limit) own.push_back(std::move(exec));
+    gemv.push_back(ToExecution(params, shape));
+  }
+  std::vector<Execution> mma;
+  for (const auto& params : MmaSkinnyCandidates(shape, sm_count_, cc_major_)) {
+    mma.push_back(ToExecution(params, shape));
+  }
+  for (size_t i = 0; i < std::max(gemv.size(), mma.size()); ++i) {
+    for (const std::vector<Execution>* family : {&gemv, &mma}) {
+      if (i < family->size() && (*family)[i].workspace_bytes <= limit) {
+        own.push_back((*family)[i]);
+      }
+    }
   }
 
   if (lt.empty() && own.empty()) {

@@ -8,7 +8,8 @@
 //
 // Candidates for a shape: cuBLASLt's default (what it runs untuned), the
 // heuristic's top algos rebuilt from their configs, then for decode shapes
-// (M <= 16) parameterisations of gputune's own split-K GEMV. Each is an
+// (M <= 16) parameterisations of gputune's own split-K GEMV (gemv_splitk.h)
+// and tensor-core skinny kernel (mma_skinny.h), alternating. Each is an
 // Execution complete enough to replay with DenseRunner in another process.
 //
 // Timing: every sample is preceded by an L2 scrub and a device-side delay, both
@@ -228,6 +229,7 @@ class CudaBackend final : public Backend {
   L2Scrub scrub() const { return options_.scrub; }
   void SetCancel(const std::atomic<bool>* cancel) override { cancel_ = cancel; }
   int sm_count() const { return sm_count_; }
+  int cc_major() const { return cc_major_; }
   uint64_t l2_bytes() const { return l2_bytes_; }
 
  private:
@@ -261,6 +263,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int device_ = 0;
   int sm_count_ = 0;
+  int cc_major_ = 0;  // compute capability major: mma_skinny needs 8
   uint64_t l2_bytes_ = 0;
   Fingerprint fingerprint_;
   cudaStream_t stream_ = nullptr;

@@ -49,6 +49,31 @@ std::unique_ptr<DensePlan> DensePlan::Make(
     plan->min_alignment_ = 16;
     return plan;
   }
+  if (execution.kernel == kMmaSkinnyKernel) {
+    std::unique_ptr<DensePlan> plan(
+        new DensePlan(std::move(problem), Family::kMmaSkinny));
+    if (!MmaSkinnyParamsFromExecution(execution, plan->shape(), &plan->mma_,
+                                      error)) {
+      return nullptr;
+    }
+    // bf16 mma.sync needs 8.0. Checked once here, not at every launch; where
+    // no device is current the launch itself fails. (No cudaGetLastError:
+    // an error the application left pending is not ours to clear.)
+    int device = 0;
+    int major = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device) == cudaSuccess &&
+        major < 8) {
+      *error = std::string(kMmaSkinnyKernel) +
+               ": needs compute capability 8.0 or newer, the device has " +
+               std::to_string(major) + ".x";
+      return nullptr;
+    }
+    plan->workspace_bytes_ = MmaSkinnyWorkspaceBytes(plan->mma_, plan->shape());
+    plan->min_alignment_ = 16;
+    return plan;
+  }
   *error = "unknown kernel \"" + execution.kernel + "\"";
   return nullptr;
 }
@@ -109,6 +134,9 @@ void DensePlan::Launch(cublasLtHandle_t handle, const void* x, const void* w,
       return;
     case Family::kGemvSplitK:
       LaunchGemvSplitK(gemv_, shape(), x, w, y, workspace, stream);
+      return;
+    case Family::kMmaSkinny:
+      LaunchMmaSkinny(mma_, shape(), x, w, y, workspace, stream);
       return;
   }
 }

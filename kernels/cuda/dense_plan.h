@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/dense.h"
 
 namespace gputune::kernels {
@@ -67,7 +68,7 @@ class DensePlan {
               cudaStream_t stream) const;
 
  private:
-  enum class Family { kCublasLt, kGemvSplitK };
+  enum class Family { kCublasLt, kGemvSplitK, kMmaSkinny };
   DensePlan(std::shared_ptr<const CublasLtDense> problem, Family family)
       : problem_(std::move(problem)), family_(family) {}
 
@@ -75,6 +76,7 @@ class DensePlan {
   const Family family_;
   LtPlan lt_;              // kCublasLt
   GemvSplitKParams gemv_;  // kGemvSplitK
+  MmaSkinnyParams mma_;    // kMmaSkinny
   uint64_t workspace_bytes_ = 0;
   uint32_t min_alignment_ = 1;
 };

@@ -201,14 +201,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // K chunk per CTA: a multiple of one warp step, so every chunk starts on a
 // 512-byte boundary of its row.
 int64_t KChunk(const GemvSplitKParams& params, const DenseShape& shape) {
-  return CeilDiv(CeilDiv(shape.k, params.split_k), kWarpStep) * kWarpStep;
-}
-
-// Non-empty K chunks: KChunk's rounding up to a warp step can leave the last
-// of split_k chunks with nothing (K=14336, split_k=16: chunks of 1024, 14 of
-// them), so only these are launched and reduced.
-int64_t KChunks(const GemvSplitKParams& params, const DenseShape& shape) {
-  return CeilDiv(shape.k, KChunk(params, shape));
+  return SplitKChunkLength(shape.k, params.split_k, kWarpStep);
 }
 
 bool IsPowerOfTwoUpTo(int64_t value, int64_t max) {
@@ -217,16 +210,30 @@ bool IsPowerOfTwoUpTo(int64_t value, int64_t max) {
 
 }  // namespace
 
+int64_t SplitKChunkLength(int64_t k, int split_k, int64_t step) {
+  return CeilDiv(CeilDiv(k, std::max(split_k, 1)), step) * step;
+}
+
+// Rounding each chunk up can leave the last ones empty (K=14336, split_k=16,
+// 256-element steps: chunks of 1024, 14 of them): only these are launched
+// and reduced.
+int64_t SplitKChunks(int64_t k, int split_k, int64_t step) {
+  return split_k <= 1 ? 1 : CeilDiv(k, SplitKChunkLength(k, split_k, step));
+}
+
+uint64_t SplitKPartialBytes(int split_k, const DenseShape& shape) {
+  if (split_k <= 1) return 0;
+  return static_cast<uint64_t>(split_k) * shape.m * shape.n * sizeof(float);
+}
+
 int64_t GemvSplitKChunks(const GemvSplitKParams& params,
                          const DenseShape& shape) {
-  return params.split_k <= 1 ? 1 : KChunks(params, shape);
+  return SplitKChunks(shape.k, params.split_k, kWarpStep);
 }
 
 uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
                                   const DenseShape& shape) {
-  if (params.split_k <= 1) return 0;
-  return static_cast<uint64_t>(params.split_k) * shape.m * shape.n *
-         sizeof(float);
+  return SplitKPartialBytes(params.split_k, shape);
 }
 
 Execution ToExecution(const GemvSplitKParams& params, const DenseShape& shape) {
@@ -375,15 +382,18 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                static_cast<__nv_bfloat16*>(y), partial, shape.m, shape.n,
                shape.k, KChunk(params, shape));
   if (split) {
-    const int64_t count = shape.m * shape.n;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>(CeilDiv(count, threads), 65535);
-    LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
-                 dim3(threads), stream, &SplitKReduceKernel,
-                 static_cast<const float*>(partial),
-                 static_cast<__nv_bfloat16*>(y), count,
-                 static_cast<int>(chunks));
+    LaunchSplitKReduce(partial, y, shape.m * shape.n, static_cast<int>(chunks),
+                       stream);
   }
+}
+
+void LaunchSplitKReduce(const float* partial, void* y, int64_t count,
+                        int chunks, cudaStream_t stream) {
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>(CeilDiv(count, threads), 65535);
+  LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
+               dim3(threads), stream, &SplitKReduceKernel, partial,
+               static_cast<__nv_bfloat16*>(y), count, chunks);
 }
 
 }  // namespace gputune::kernels

@@ -77,6 +77,20 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                       const void* x, const void* w, void* y, void* workspace,
                       cudaStream_t stream);
 
+// The split-K arithmetic both own families share: K split into split_k
+// chunks, each rounded up to a multiple of `step` elements, of which
+// SplitKChunks are not empty (1 without split-K); and the bytes of their fp32
+// partials (split_k * M * N * 4, 0 without split-K).
+int64_t SplitKChunkLength(int64_t k, int split_k, int64_t step);
+int64_t SplitKChunks(int64_t k, int split_k, int64_t step);
+uint64_t SplitKPartialBytes(int split_k, const DenseShape& shape);
+
+// Enqueues y[i] = bf16(sum over c < chunks of partial[c * count + i]),
+// summed in chunk order in fp32: the second pass of a split-K (this family's
+// and mma_skinny.h's). Throws std::runtime_error on a failed launch.
+void LaunchSplitKReduce(const float* partial, void* y, int64_t count,
+                        int chunks, cudaStream_t stream);
+
 }  // namespace gputune::kernels
 
 #endif  // GPUTUNE_KERNELS_CUDA_GEMV_SPLITK_H_

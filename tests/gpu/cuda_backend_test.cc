@@ -20,6 +20,7 @@
 #include "kernels/cuda/dense_plan.h"
 #include "kernels/cuda/dense_runner.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/dense.h"
 #include "kernels/engine.h"
 #include "kernels/reference.h"
@@ -119,13 +120,53 @@ TEST_CASE(
   CHECK(std::any_of(decode.begin(), decode.end(), [](const Execution& e) {
     return e.kernel == kGemvSplitKKernel;
   }));
+  if (backend->cc_major() >= 8) {
+    CHECK(std::any_of(decode.begin(), decode.end(), [](const Execution& e) {
+      return e.kernel == kMmaSkinnyKernel;
+    }));
+  }
   const auto prefill =
       backend->Candidates({.m = 128, .n = 4096, .k = 4096}, 16);
   CHECK(std::none_of(prefill.begin(), prefill.end(), [](const Execution& e) {
-    return e.kernel == kGemvSplitKKernel;
+    return e.kernel == kGemvSplitKKernel || e.kernel == kMmaSkinnyKernel;
   }));
   CHECK(backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 1).size() == 1);
   for (const auto& e : decode) CHECK(e.workspace_bytes <= 32u << 20);
+}
+
+TEST_CASE(
+    "mma_skinny is exact for every M from 1 to 16, with row tails and "
+    "split-K") {
+  GPUTUNE_SKIP_WITHOUT_GPU();
+  CudaBackendOptions options;
+  options.rotate_inputs = false;  // validation only: one input set
+  auto backend = MakeBackend(options);
+  if (backend->cc_major() < 8) {
+    WARN("skipped: mma_skinny needs compute capability 8.0");
+    return;
+  }
+  for (int64_t m = 1; m <= 16; ++m) {
+    // N = 1000: the last 16-row tile is partial; K = 14336: split-K.
+    for (const DenseShape shape : {DenseShape{.m = m, .n = 1000, .k = 1024},
+                                   DenseShape{.m = m, .n = 4096, .k = 14336}}) {
+      INFO(ShapeName(shape));
+      auto workload = backend->Prepare(shape, 0x3a3a + m);
+      const auto all = MmaSkinnyCandidates(shape, backend->sm_count(), 8);
+      REQUIRE_FALSE(all.empty());
+      for (const auto& params : all) {
+        const Execution exec = ToExecution(params, shape);
+        INFO(exec.ToString());
+        const Tolerance tol = ToleranceFor(shape.k);
+        const Comparison c =
+            backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+        CHECK(c.mismatches == 0);
+        CHECK(c.non_finite == 0);
+        const Comparison exact = backend->RunAndCompareExact(*workload, exec);
+        CHECK(exact.mismatches == 0);
+        CHECK(exact.non_finite == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("every candidate validates on the shape table") {
@@ -374,9 +415,9 @@ namespace gputune::kernels {
 namespace {
 
 // run.sh runs this one under compute-sanitizer --tool memcheck: gputune's own
-// kernels (input fills, reference, compare, every GEMV candidate, split-K
-// reduction) over the shape table, without cuBLASLt, whose internals are
-// not ours to check.
+// kernels (input fills, reference, compare, every GEMV and mma_skinny
+// candidate, split-K reduction) over the shape table, without cuBLASLt, whose
+// internals are not ours to check.
 TEST_CASE("gputune's own kernels over the shape table [memcheck]",
           "[memcheck]") {
   GPUTUNE_SKIP_WITHOUT_GPU();
@@ -388,12 +429,18 @@ TEST_CASE("gputune's own kernels over the shape table [memcheck]",
   auto backend = MakeBackend(options);
   bool timed = false;
   for (const DenseShape& shape : ShapeTable()) {
-    const auto own = GemvSplitKCandidates(shape, backend->sm_count());
+    std::vector<Execution> own;
+    for (const auto& p : GemvSplitKCandidates(shape, backend->sm_count())) {
+      own.push_back(ToExecution(p, shape));
+    }
+    for (const auto& p :
+         MmaSkinnyCandidates(shape, backend->sm_count(), backend->cc_major())) {
+      own.push_back(ToExecution(p, shape));
+    }
     if (own.empty()) continue;
     INFO(ShapeName(shape));
     auto workload = backend->Prepare(shape, 0x5eed);
-    for (const auto& params : own) {
-      const Execution exec = ToExecution(params, shape);
+    for (const Execution& exec : own) {
       INFO(exec.ToString());
       const Tolerance tol = ToleranceFor(shape.k);
       CHECK(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol)

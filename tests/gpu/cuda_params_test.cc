@@ -4,15 +4,20 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_plan.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/dense.h"
 #include "tests/gpu/gpu_test_support.h"
@@ -307,6 +312,146 @@ TEST_CASE("gemv_splitk params the kernel cannot run are refused by name") {
   CHECK_FALSE(GemvSplitKParamsFromExecution(
       good, {.m = 4, .n = 4096, .k = 4095}, &params, &error));
   CHECK(error.find("K % 8") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace gputune::kernels
+
+namespace gputune::kernels {
+namespace {
+
+TEST_CASE(
+    "mma_skinny candidates are distinct, valid, without empty K chunks and "
+    "offered only for decode shapes on 8.0+") {
+  constexpr int kSms = 132;
+  for (const int64_t m : {1, 2, 4, 8, 9, 16}) {
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{4096, 6144},
+                                                  {4096, 4096},
+                                                  {4096, 28672},
+                                                  {14336, 4096},
+                                                  {8192, 10240},
+                                                  {28672, 8192},
+                                                  {16640, 512},
+                                                  {1024, 100}}) {
+      const DenseShape shape{.m = m, .n = n, .k = k};
+      INFO(testing::ShapeName(shape));
+      const auto candidates = MmaSkinnyCandidates(shape, kSms, 9);
+      CHECK(candidates.size() >= 3);
+      CHECK(candidates.size() <= 8);
+      bool split = false;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const Execution exec = ToExecution(candidates[i], shape);
+        INFO(exec.ToString());
+        MmaSkinnyParams back;
+        std::string error;
+        REQUIRE(MmaSkinnyParamsFromExecution(exec, shape, &back, &error));
+        CHECK(back == candidates[i]);
+        CHECK(MmaSkinnyChunks(back, shape) == back.split_k);
+        split = split || back.split_k > 1;
+        const int64_t partials =
+            back.split_k > 1 ? back.split_k * m * n * 4 : 0;
+        CHECK(exec.workspace_bytes == static_cast<uint64_t>(partials));
+        const std::optional<Execution> parsed = ParseExecution(exec.ToString());
+        REQUIRE(parsed.has_value());
+        CHECK(*parsed == exec);
+        for (size_t j = 0; j < i; ++j) CHECK_FALSE(candidates[j] == back);
+      }
+      // N = 4096 cannot fill 132 SMs with 16-row tiles alone: split-K.
+      if (n <= 4096 && k >= 4096) CHECK(split);
+    }
+  }
+  CHECK(MmaSkinnyCandidates({.m = 17, .n = 4096, .k = 4096}, kSms, 9).empty());
+  CHECK(
+      MmaSkinnyCandidates({.m = 4, .n = 4096, .k = 4032 + 8}, kSms, 9).empty());
+  // No bf16 mma.sync before 8.0.
+  CHECK(MmaSkinnyCandidates({.m = 4, .n = 4096, .k = 4096}, kSms, 7).empty());
+  // K=16640 in 16 chunks of 1040, rounded up to 1152 (9 x 128 for
+  // k_unroll=2): 15 hold all of K.
+  CHECK(MmaSkinnyChunks({.split_k = 16, .k_unroll = 2},
+                        {.m = 8, .n = 512, .k = 16640}) == 15);
+  CHECK(MmaSkinnyChunks({.split_k = 16, .k_unroll = 1},
+                        {.m = 8, .n = 4096, .k = 14336}) == 16);
+}
+
+TEST_CASE("mma_skinny params it cannot run are refused by name") {
+  const DenseShape shape{.m = 16, .n = 4096, .k = 4096};
+  const Execution good = ToExecution(MmaSkinnyParams{}, shape);
+  MmaSkinnyParams params;
+  std::string error;
+  REQUIRE(MmaSkinnyParamsFromExecution(good, shape, &params, &error));
+  CHECK(params == MmaSkinnyParams{});
+
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"row_tiles", 3},
+                                                {"row_tiles", 8},
+                                                {"warps", 3},
+                                                {"warps", 16},
+                                                {"split_k", 0},
+                                                {"split_k", 65},
+                                                {"k_unroll", 3}}) {
+    INFO(name << "=" << value);
+    Execution bad = good;
+    bad.params[name] = value;
+    CHECK_FALSE(MmaSkinnyParamsFromExecution(bad, shape, &params, &error));
+    CHECK(error.find(name) != std::string::npos);
+  }
+  Execution unknown = good;
+  unknown.params["stages"] = 2;
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(unknown, shape, &params, &error));
+  CHECK(error.find("stages") != std::string::npos);
+
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(
+      good, {.m = 17, .n = 4096, .k = 4096}, &params, &error));
+  CHECK(error.find("M=17") != std::string::npos);
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(good, {.m = 4, .n = 4096, .k = 4104},
+                                           &params, &error));
+  CHECK(error.find("K % 64") != std::string::npos);
+  Execution other = good;
+  other.kernel = kGemvSplitKKernel;
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(other, shape, &params, &error));
+}
+
+TEST_CASE(
+    "an mma_skinny entry resolves to a plan that says what a launch "
+    "needs") {
+  // The DenseRunner path up to the launch: DensePlan::Make from the entry's
+  // execution, then CannotLaunch on the client's buffers.
+  const DenseShape shape{.m = 8, .n = 4096, .k = 4096};
+  const MmaSkinnyParams split{.row_tiles = 2, .warps = 4, .split_k = 4};
+  const Execution exec = ToExecution(split, shape);
+  std::shared_ptr<const CublasLtDense> problem;
+  try {
+    problem = std::make_shared<const CublasLtDense>(shape);
+  } catch (const std::exception& e) {
+    WARN("skipped: cuBLASLt descriptors need a device here: " << e.what());
+    return;
+  }
+  std::string error;
+  auto plan = DensePlan::Make(nullptr, problem, exec, &error);
+  INFO(error);
+  REQUIRE(plan != nullptr);
+  CHECK(plan->workspace_bytes() == 4u * 8 * 4096 * 4);
+  CHECK(plan->min_alignment() == 16);
+  alignas(256) static char buffers[1024];
+  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512,
+                           plan->workspace_bytes())
+            .empty());
+  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512, 1024)
+            .find("workspace too small") != std::string::npos);
+  CHECK(plan->CannotLaunch(buffers + 8, buffers + 256, buffers + 512,
+                           plan->workspace_bytes())
+            .find("16-byte aligned") != std::string::npos);
+
+  Execution bad = exec;
+  bad.params["row_tiles"] = 3;
+  CHECK(DensePlan::Make(nullptr, problem, bad, &error) == nullptr);
+  CHECK(error.find("row_tiles=3") != std::string::npos);
+  CHECK(DensePlan::Make(nullptr,
+                        std::make_shared<const CublasLtDense>(
+                            DenseShape{.m = 32, .n = 4096, .k = 4096}),
+                        exec, &error) == nullptr);
+  CHECK(error.find("M=32") != std::string::npos);
 }
 
 }  // namespace
