@@ -238,19 +238,30 @@ if want daemon && [ -x .carry/bin/gputuned ] && [ $((DEADLINE - SECONDS)) -gt 20
     echo "gputuned (pid $daemon) stopped"
   fi
 
-  # python/tests start their own daemons (the carried gputuned, with the
-  # carried libraries inherited) and load the carried libgputune.so.0, which
-  # loads libgputune_dense.so.0 from beside it for the replay.
+  # python/tests start their own daemons (the carried gputuned, through the
+  # wrapper below) and load the carried libgputune.so.0, which loads
+  # libgputune_dense.so.0 from beside it for the replay.
   stage "Python and PyTorch (optional)"
   if [ -e .carry/lib/libgputune.so.0 ] && python3 -c "import pytest" 2>/dev/null; then
     {
       echo "=== python/tests"
       python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
         'available:', torch.cuda.is_available())" || echo "no PyTorch"
+      # python3 itself keeps PyTorch's own CUDA libraries (the toolkit's
+      # first on its path would go ahead of the ones torch was built with;
+      # the replay module finds libcudart and libcublasLt already loaded by
+      # torch); the daemons and gputunectl the tests start get the carried
+      # path, this machine's CUDA first, through wrappers.
+      for b in gputuned gputunectl; do
+        printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' \
+          "$carried_path" "$PWD/.carry/bin/$b" >"$RUN_TMP/$b"
+        chmod +x "$RUN_TMP/$b"
+      done
       # test_install checks pip/setuptools of Debian's python3 (CI's), not
       # this machine's.
-      within 120 env LD_LIBRARY_PATH="$carried_path" \
-        GPUTUNED="$PWD/.carry/bin/gputuned" GPUTUNE_LIBRARY="$libs/libgputune.so.0" \
+      within 120 env LD_LIBRARY_PATH="$libs:$PWD/.carry/lib-missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        GPUTUNED="$RUN_TMP/gputuned" GPUTUNECTL="$RUN_TMP/gputunectl" \
+        GPUTUNE_LIBRARY="$libs/libgputune.so.0" \
         PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1 \
         python3 -m pytest -q -rs -p no:cacheprovider --durations=5 \
           --ignore=python/tests/test_install.py python/tests
@@ -263,8 +274,8 @@ if want daemon && [ -x .carry/bin/gputuned ] && [ $((DEADLINE - SECONDS)) -gt 20
 fi
 
 stage "result"
-grep -E "^(All tests passed|test cases:)" "$OUT_DIR/tests.log" || true
-grep -E "ERROR SUMMARY" "$OUT_DIR/memcheck.log" || true
+grep -E "^(All tests passed|test cases:)" "$OUT_DIR/tests.log" 2>/dev/null || true
+grep -E "ERROR SUMMARY" "$OUT_DIR/memcheck.log" 2>/dev/null || true
 grep -E "^[0-9]+ (passed|failed)|^(FAILED|ERROR) |^SKIPPED" "$OUT_DIR/daemon.log" 2>/dev/null || true
 if [ -s "$OUT_DIR/dense_bench.txt" ]; then
   cat "$OUT_DIR/dense_bench.txt"
