@@ -17,8 +17,9 @@ namespace gputune::kernels {
 
 // Enqueues a kernel that reads every 16 bytes of buf[0, bytes) with ordinary
 // (L2-allocating) loads and writes nothing unless the data XORs to a value a
-// zero-filled buffer cannot give; sink (4 bytes of device memory) is where
-// it would write, so the compiler keeps the loads. bytes is rounded down to a
+// buffer of one repeated byte (zero, or what a memset scrub left) cannot
+// give; sink (4 bytes of device memory) is where it would write, so the
+// compiler keeps the loads. bytes is rounded down to a
 // multiple of 16; buf must be 16-byte aligned. Throws std::runtime_error on a
 // failed launch.
 void L2ReadSweep(const void* buf, uint64_t bytes, unsigned* sink, int sm_count,
