@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "kernels/cuda/module_api.h"
 #include "kernels/host/fault_backend.h"
 #include "kernels/host/host_backend.h"
@@ -85,6 +86,10 @@ std::unique_ptr<kernels::Backend> OpenCuda(const Config& config,
   options.device = config.device;
   options.heuristic_candidates = config.cublaslt_candidates;
   options.workspace_limit_bytes = config.workspace_bytes;
+  // The shape's two fp32 references may take half the job's time; a shape
+  // whose references would take longer is refused up front, saying so.
+  options.reference_limit_seconds =
+      absl::ToDoubleSeconds(config.job_timeout) / 2;
   return std::unique_ptr<kernels::Backend>(open(&options, error));
 }
 

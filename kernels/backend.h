@@ -109,8 +109,9 @@ class Backend {
   virtual std::string DeviceError() { return ""; }
 
   // Times `reps` back-to-back runs of the candidate after evicting caches (or
-  // rotating inputs) and returns the mean seconds per run. The engine sizes
-  // reps from the candidate's measured length, so a sample lasts about
+  // rotating inputs) and returns the mean seconds per run: the kernel's time
+  // alone (device events on a GPU), without the backend's own set-up. The
+  // engine sizes reps from a warmed one-run sample, so a sample lasts about
   // max(TuneOptions::min_sample_seconds, one run).
   virtual double TimeSample(Workload& workload, const Execution& exec,
                             int reps) = 0;

@@ -33,6 +33,13 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// What one sample costs the budget: its wall time, or the device time it
+// reported when that is longer (a backend whose timing source is not the
+// wall clock, like the tests' synthetic one, still plans by its times).
+double SampleLength(double wall, double seconds_per_run, int reps) {
+  return std::max(wall, seconds_per_run * reps);
+}
+
 // "12.3 us", "4.56 ms", "1.2 s": three significant digits are all that timing
 // noise leaves meaningful.
 std::string FormatSeconds(double seconds) {
@@ -98,9 +105,11 @@ class TuneJob {
   // A valid candidate's timing state.
   struct Timed {
     CandidateReport* report;
-    double validation_wall = 0;  // first estimate of one run's length
-    int reps = 1;                // runs per sample
-    double sample_wall = 0;      // wall time of the latest sample
+    // Wall time of the validation run: an upper bound on one run, used only
+    // to skip warming a candidate that cannot fit in the budget.
+    double validation_wall = 0;
+    int reps = 1;            // runs per sample
+    double sample_wall = 0;  // wall time of the latest sample
     std::vector<double> samples;
     bool dropped = false;  // failed while being timed
   };
@@ -113,7 +122,9 @@ class TuneJob {
   void CandidateDone();
   TuneReport Fail(std::string error);
 
-  // Validates the candidate; returns the wall time of its validation run.
+  // Validates the candidate; returns the wall time of its validation run,
+  // an upper bound on one run (it also holds fills, compares and copies),
+  // never the estimate samples are sized from.
   double Validate(Workload& workload, CandidateReport& candidate);
   double Sample(Workload& workload, const Execution& exec, int reps);
   int RepsFor(double seconds_per_run, int at_least) const;
@@ -343,17 +354,23 @@ int TuneJob::RepsFor(double seconds_per_run, int at_least) const {
 
 void TuneJob::Calibrate(Workload& workload, Timed& t) {
   const Execution& exec = t.report->execution;
-  if (t.validation_wall >= options_.min_sample_seconds) {
-    // One run lasts a sample: the validation run was its warm-up, and a
-    // sample is one run (its wall time, compare included, is the estimate).
-    t.reps = 1;
-    t.sample_wall = t.validation_wall;
-    return;
-  }
+  // Reps come from the backend's timing of the kernel alone, after a warm-up
+  // run: the validation run's wall time also holds the output poisoning, the
+  // comparison, copies and a first launch's lazy loading, and would size a
+  // short kernel's samples at one run (whose fixed costs would then be most
+  // of the sample). The first timed run is the warm-up; a kernel whose one
+  // run lasts min_sample_seconds is sampled one run at a time from there.
+  const int warmups = std::max(options_.warmup_runs, 1);
   double per_run = 0;
-  for (int i = 0; i < options_.warmup_runs; ++i) {
+  for (int i = 0; i < warmups; ++i) {
     if (Cancelled()) throw CancelledError();
+    const Clock::time_point start = Clock::now();
     per_run = Sample(workload, exec, 1);
+    t.sample_wall = SampleLength(SecondsSince(start), per_run, 1);
+    if (per_run >= options_.min_sample_seconds) {
+      t.reps = 1;
+      return;
+    }
   }
   t.reps = per_run > 0 ? RepsFor(per_run, 1) : 1;
   // Grow reps until one sample lasts min_sample_seconds (discarded: it is
@@ -362,7 +379,7 @@ void TuneJob::Calibrate(Workload& workload, Timed& t) {
     if (Cancelled()) throw CancelledError();
     const Clock::time_point start = Clock::now();
     const double seconds = Sample(workload, exec, t.reps);
-    t.sample_wall = SecondsSince(start);
+    t.sample_wall = SampleLength(SecondsSince(start), seconds, t.reps);
     if (seconds * t.reps >= options_.min_sample_seconds ||
         t.reps >= kMaxRepsPerSample) {
       return;
@@ -386,6 +403,16 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
   const double budget = options_.budget_seconds;
   const int min_samples = options_.min_samples;
   for (Timed& t : timed) {
+    // The validation run holds one run of the kernel: when it alone outlasts
+    // what is left of the budget, so would a warm-up, and the candidate
+    // could not be sampled anyway. It goes to the plan with that length
+    // (which cuts it) instead of being warmed. Never the default.
+    if (!t.report->is_default &&
+        t.validation_wall > budget - SecondsSince(start)) {
+      t.sample_wall = t.validation_wall;
+      CandidateDone();
+      continue;
+    }
     try {
       Calibrate(workload, t);
     } catch (const CancelledError&) {
@@ -495,7 +522,8 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
         DropWhileTimed(t, CurrentExceptionMessage());
         continue;
       }
-      t.sample_wall = SecondsSince(sample_start);
+      t.sample_wall =
+          SampleLength(SecondsSince(sample_start), t.samples.back(), t.reps);
       this_round += t.sample_wall;
     }
     round_wall = this_round;

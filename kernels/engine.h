@@ -12,14 +12,16 @@
 //     tolerance that scales with K (and with the partial sums a candidate
 //     rounds to bf16), then exactly on the integer inputs of the exact check
 //     (bf16.h), which catch a missing or repeated K term. Failures and
-//     exceptions are dropped with the reason. The validation run's wall time
-//     is the first estimate of the kernel's length.
-//  3. Warm up and size samples to that length: a candidate whose validation
-//     run lasted at least min_sample_seconds was warmed by it and is sampled
-//     one run at a time; a shorter one takes warmup_runs runs and calibration
-//     samples (discarded) until reps runs last min_sample_seconds.
+//     exceptions are dropped with the reason.
+//  3. Warm up and size samples from the backend's timing of the kernel
+//     alone (TimeSample of one run), never from the validation's wall time,
+//     which holds fills, compares and copies: a candidate whose first timed
+//     run lasts min_sample_seconds is sampled one run at a time; a shorter
+//     one takes warmup_runs runs (at least one) and calibration samples
+//     (discarded) until reps runs last min_sample_seconds of kernel time.
 //  4. Plan: the default (when valid), then the others from the shortest
-//     sample up, as long as min_samples samples of everyone planned fit in
+//     sample up (a sample's cost: its wall time, or its reported time when
+//     longer), as long as min_samples samples of everyone planned fit in
 //     what is left of budget_seconds. The rest are "cut by budget".
 //  5. Interleaved rounds: every planned candidate takes one sample per
 //     round, the order rotating by one each round, so clock or thermal drift
@@ -71,14 +73,17 @@ std::string_view AutotuneLogName(AutotuneLog log);
 AutotuneLog ParseAutotuneLog(std::string_view name, bool* ok);
 
 struct TuneOptions {
-  int max_candidates = 16;            // passed to Backend::Candidates
-  double budget_seconds = 2.0;        // total timing budget for the key
-  int min_improvement_bps = 200;      // winner must beat the default by 2 %
-  int warmup_runs = 2;                // untimed runs per candidate
-  int min_samples = 5;                // per candidate, when the budget allows
-  int max_samples = 100;              // per candidate
-  double min_sample_seconds = 50e-6;  // reps per sample grow to reach this
-  uint64_t seed = 0x5eed;             // input generator seed
+  int max_candidates = 16;        // passed to Backend::Candidates
+  double budget_seconds = 2.0;    // total timing budget for the key
+  int min_improvement_bps = 200;  // winner must beat the default by 2 %
+  int warmup_runs = 2;            // untimed runs per candidate
+  int min_samples = 5;            // per candidate, when the budget allows
+  int max_samples = 100;          // per candidate
+  // Kernel time a sample lasts at least (reps per sample grow to reach it):
+  // 100 us, so that per-sample fixed costs (a launch gap, the event pair,
+  // ~1-5 us) stay a few percent of a decode kernel of 8-60 us.
+  double min_sample_seconds = 100e-6;
+  uint64_t seed = 0x5eed;  // input generator seed
   AutotuneLog log = AutotuneLog::kMinimal;
 };
 

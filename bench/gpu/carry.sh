@@ -7,9 +7,10 @@
 #   bash bench/gpu/run.sh "$OUT"             # on the GPU machine
 #
 # .carry/lib: what the machine lacks (gRPC, protobuf, Abseil, SQLite, spdlog,
-#   fmt, ...). Never: glibc's own (libc, libm, libpthread, libdl, librt,
-#   ld-linux), the CUDA driver (libcuda), the CUDA runtime and cuBLAS(Lt)
-#   (the machine's CUDA 13).
+#   fmt, ...). Never: any of glibc's own libraries (libc, libm, libpthread,
+#   libdl, librt, ld-linux, libresolv, libnss_*, ...: is_glibc below), the
+#   CUDA driver (libcuda), the CUDA runtime and cuBLAS(Lt) (the machine's
+#   CUDA 13, which run.sh finds and puts first on the path).
 # .carry/lib-fallback: libraries every Linux has in some version (libstdc++,
 #   libgcc_s, zlib, OpenSSL, systemd's and compression libraries). They are
 #   NOT on the library path; run.sh links one in only when the machine lacks
@@ -34,12 +35,26 @@ strip --strip-unneeded "$out/lib/gputune/libgputune_cuda.so"
 for l in libgputune.so.0 libgputune_dense.so.0; do
   cp -L "$build/client/$l" "$out/lib/"
 done
+is_glibc() {
+  case "$(basename "$1")" in
+    libc.so*|libm.so*|libmvec.so*|libpthread.so*|libdl.so*|librt.so*|\
+    ld-linux*|libresolv.so*|libnss_*|libutil.so*|libanl.so*|libnsl.so*|\
+    libBrokenLocale.so*|libthread_db.so*|libc_malloc_debug.so*|\
+    libmemusage.so*|libpcprofile.so*|libcrypt.so.1) return 0 ;;
+  esac
+  command -v dpkg-query >/dev/null &&
+    dpkg-query -S "$(readlink -f "$1")" 2>/dev/null | grep -q '^libc6[:,]'
+}
 ldd "$out/bin/gputuned" "$out/bin/gputunectl" \
     "$out/lib/gputune/libgputune_cuda.so" "$out/lib/libgputune.so.0" \
     "$out/lib/libgputune_dense.so.0" | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do
+    # glibc's own, never carried: a carried one (libresolv.so.2 was one)
+    # shadows the machine's glibc for every program on the path, python3
+    # included. glibc's libraries are those of Debian's libc6 package; the
+    # names are the fallback where dpkg cannot tell.
+    if is_glibc "$lib"; then continue; fi
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) continue ;;
       libcuda.so*|libcudart.so*|libcublas*.so*) continue ;;  # the machine's CUDA
       libstdc++.so*|libgcc_s.so*|libz.so*|libssl.so*|libcrypto.so*|\
       libsystemd.so*|liblzma.so*|libzstd.so*|liblz4.so*|libcap.so*|\
@@ -49,6 +64,13 @@ ldd "$out/bin/gputuned" "$out/bin/gputunectl" \
     esac
   done
 strip --strip-unneeded "$out"/lib/*.so* "$out"/lib-fallback/*.so* 2>/dev/null || true
+for lib in "$out"/lib/*.so* "$out"/lib-fallback/*.so*; do
+  [ -e "$lib" ] || continue
+  if is_glibc "$lib"; then
+    echo "carry.sh: $lib is glibc's; it must not travel" >&2
+    exit 1
+  fi
+done
 du -sh "$out"
 size=$(du -sm "$out" | cut -f1)
 if [ "$size" -gt 64 ]; then

@@ -5,16 +5,18 @@
 // For every K x N in kLayers and M in kTokens: tune with TuneDense, then time
 // cuBLASLt's heuristic #0 (the default, the first candidate) and the choice
 // again, interleaved, as a check on the engine's own numbers, and the choice
-// once more without the L2 scrub (the scrub A/B: how much L2 would flatter
-// it). Decode shapes (M <= 16) also report the HBM bandwidth reached,
-// counting the weight bytes (N * K * 2) over the chosen time, next to a
-// device-to-device cudaMemcpy of a 2 GiB buffer measured at the start of the
-// same run (bytes read plus written): above that copy bandwidth means the
-// scrub failed. The summary gives the decode geomean speed-up, any shape
-// where the choice is slower than the default beyond 2 %, the heuristic algos
-// whose rebuild differs from the heuristic's bytes, and the total tuning
+// once more without the L2 scrub and once after a memset scrub (the scrub
+// A/B: how much L2 hits would flatter it, how much dirty lines left by a
+// write scrub would cost it). Decode shapes (M <= 16) also report the HBM
+// bandwidth reached, counting the weight bytes (N * K * 2) over the chosen
+// time, next to a device-to-device cudaMemcpy of a 2 GiB buffer measured at the
+// start of the same run (bytes read plus written): above that copy bandwidth
+// means the scrub failed. The summary gives the decode geomean speed-up, any
+// shape where the choice is slower than the default beyond 2 %, the heuristic
+// algos whose rebuild differs from the heuristic's bytes, and the total tuning
 // time. Writes DIR/dense_bench.json and DIR/dense_bench.txt (the table, also
-// printed last).
+// printed last), both rewritten after every key: a run cut short by a
+// timeout leaves the rows of every key it finished.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +64,7 @@ struct Row {
   double default_seconds = 0;         // re-measured
   double chosen_seconds = 0;          // re-measured
   double chosen_noscrub_seconds = 0;  // re-measured without the L2 scrub
+  double chosen_dirty_seconds = 0;    // re-measured after a memset scrub
   int rebuild_mismatches = 0;         // heuristic algos not byte-identical
 };
 
@@ -95,7 +99,9 @@ double CopyBandwidth(cudaStream_t stream, size_t bytes) {
 }
 
 // Median of 9 interleaved samples of each, each sample >= 200 us: the
-// default and the choice with the L2 scrub, the choice without it.
+// default and the choice with the (read) L2 scrub, the choice without it
+// (what L2 hits would give) and after a memset scrub (what writing back its
+// dirty lines inside the sample costs).
 void Remeasure(CudaBackend& backend, const DenseShape& shape,
                const Execution& by_default, const Execution& chosen, Row* row) {
   auto workload = backend.Prepare(shape, 0xbe9c);
@@ -103,17 +109,20 @@ void Remeasure(CudaBackend& backend, const DenseShape& shape,
   backend.TimeSample(*workload, chosen, 1);
   const double once = backend.TimeSample(*workload, by_default, 1);
   const int reps = std::clamp(static_cast<int>(200e-6 / once) + 1, 1, 2000);
-  std::vector<double> d, c, unscrubbed;
+  std::vector<double> d, c, unscrubbed, dirty;
   for (int i = 0; i < 9; ++i) {
     d.push_back(backend.TimeSample(*workload, by_default, reps));
     c.push_back(backend.TimeSample(*workload, chosen, reps));
-    backend.set_scrub_l2(false);
+    backend.set_scrub(L2Scrub::kNone);
     unscrubbed.push_back(backend.TimeSample(*workload, chosen, reps));
-    backend.set_scrub_l2(true);
+    backend.set_scrub(L2Scrub::kWrite);
+    dirty.push_back(backend.TimeSample(*workload, chosen, reps));
+    backend.set_scrub(L2Scrub::kRead);
   }
   row->default_seconds = Median(d);
   row->chosen_seconds = Median(c);
   row->chosen_noscrub_seconds = Median(unscrubbed);
+  row->chosen_dirty_seconds = Median(dirty);
 }
 
 std::string JsonString(std::string_view s) {
@@ -182,6 +191,7 @@ std::string Json(const Fingerprint& fp, double copy_bw, double budget,
       << ", \"default_seconds\": " << r.default_seconds
       << ", \"chosen_seconds\": " << r.chosen_seconds
       << ", \"chosen_noscrub_seconds\": " << r.chosen_noscrub_seconds
+      << ", \"chosen_dirty_seconds\": " << r.chosen_dirty_seconds
       << ", \"speedup\": "
       << (r.chosen_seconds > 0 ? r.default_seconds / r.chosen_seconds : 0)
       << ", \"weight_bytes\": " << weight_bytes
@@ -222,13 +232,15 @@ std::string Table(const Fingerprint& fp, double copy_bw,
                 "device copy bandwidth (D2D memcpy, read+write): %.0f GB/s\n",
                 copy_bw / 1e9);
   o << line;
-  o << "default = cuBLASLt heuristic #0; chosen = the engine's choice; both "
-       "re-measured with the L2 scrub; noscrub = the choice without it; "
-       "HBM GB/s = weight bytes / chosen time (M <= 16)\n";
+  o << "default = cuBLASLt heuristic #0 as DenseRunner runs it; chosen = "
+       "the engine's choice; both re-measured after a read-only L2 scrub; "
+       "noscrub = the choice without it (L2% = what L2 hits take off); "
+       "dirty = after a memset scrub (WB% = what writing back dirty lines "
+       "adds); HBM GB/s = weight bytes / chosen time (M <= 16)\n";
   std::snprintf(line, sizeof(line),
-                "%6s %6s %5s %11s %11s %7s %8s %11s %6s  %s\n", "K", "N", "M",
-                "default_us", "chosen_us", "speedup", "HBM_GB/s", "noscrub_us",
-                "L2%", "winner");
+                "%6s %6s %5s %11s %11s %7s %8s %11s %6s %6s  %s\n", "K", "N",
+                "M", "default_us", "chosen_us", "speedup", "HBM_GB/s",
+                "noscrub_us", "L2%", "WB%", "winner");
   o << line;
   double log_sum = 0;
   int decode = 0, slower = 0, failed = 0, mismatched = 0;
@@ -257,11 +269,12 @@ std::string Table(const Fingerprint& fp, double copy_bw,
     worst = worst == 0 ? speedup : std::min(worst, speedup);
     std::snprintf(
         line, sizeof(line),
-        "%6lld %6lld %5lld %11.1f %11.1f %7.3f %8s %11.1f %6.1f  %s\n",
+        "%6lld %6lld %5lld %11.1f %11.1f %7.3f %8s %11.1f %6.1f %6.1f  %s\n",
         static_cast<long long>(r.shape.k), static_cast<long long>(r.shape.n),
         static_cast<long long>(r.shape.m), r.default_seconds * 1e6,
         r.chosen_seconds * 1e6, speedup, bw, r.chosen_noscrub_seconds * 1e6,
         100.0 * (1.0 - r.chosen_noscrub_seconds / r.chosen_seconds),
+        100.0 * (r.chosen_dirty_seconds / r.chosen_seconds - 1.0),
         r.report.chosen.ToString().c_str());
     o << line;
   }
@@ -283,6 +296,31 @@ std::string Table(const Fingerprint& fp, double copy_bw,
                 total_tune_wall, rows.size());
   o << line;
   return o.str();
+}
+
+// Writes `content` to path through a temporary file and a rename, so a
+// reader (or a kill between keys) never sees a half-written file.
+void WriteAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+// DIR/dense_bench.json and DIR/dense_bench.txt with the rows so far.
+void WriteResults(const std::string& out_dir, const Fingerprint& fp,
+                  double copy_bw, double budget, const std::vector<Row>& rows,
+                  double total_tune_wall) {
+  WriteAtomically(out_dir + "/dense_bench.json",
+                  Json(fp, copy_bw, budget, rows, total_tune_wall));
+  WriteAtomically(out_dir + "/dense_bench.txt",
+                  Table(fp, copy_bw, rows, total_tune_wall));
 }
 
 int Main(int argc, char** argv) {
@@ -360,14 +398,13 @@ int Main(int argc, char** argv) {
                 << " (" << row.tune_wall_seconds << " s; " << row.report.reason
                 << ")\n";
       rows.push_back(std::move(row));
+      // Both files are rewritten after every key, so that a run stopped by
+      // run.sh's timeout still leaves every finished key's row.
+      WriteResults(out_dir, fp, copy_bw, budget, rows, total_tune_wall);
     }
   }
-
-  const std::string json = Json(fp, copy_bw, budget, rows, total_tune_wall);
-  const std::string table = Table(fp, copy_bw, rows, total_tune_wall);
-  std::ofstream(out_dir + "/dense_bench.json") << json;
-  std::ofstream(out_dir + "/dense_bench.txt") << table;
-  std::cout << table;
+  WriteResults(out_dir, fp, copy_bw, budget, rows, total_tune_wall);
+  std::cout << Table(fp, copy_bw, rows, total_tune_wall);
   return 0;
 }
 

@@ -75,18 +75,26 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
+// Execution params travel as int32 (gputune.v1.Execution): a uint32 config
+// value is stored as the int32 with its bits, so values past INT32_MAX
+// survive the round trip instead of being cut (U32FromParam reverses it).
+int64_t U32Param(uint32_t value) { return static_cast<int32_t>(value); }
+uint32_t U32FromParam(int64_t value) {
+  return static_cast<uint32_t>(static_cast<uint64_t>(value) & 0xffffffffu);
+}
+
 }  // namespace
 
 Execution ToExecution(const LtAlgoConfig& config, uint64_t workspace_bytes) {
   Execution e;
   e.kernel = kCublasLtKernel;
   e.params = {{"algo_id", config.algo_id},
-              {"tile", config.tile},
-              {"stages", config.stages},
+              {"tile", U32Param(config.tile)},
+              {"stages", U32Param(config.stages)},
               {"splitk", config.splitk},
-              {"reduction_scheme", config.reduction_scheme},
-              {"swizzle", config.swizzle},
-              {"custom_option", config.custom_option},
+              {"reduction_scheme", U32Param(config.reduction_scheme)},
+              {"swizzle", U32Param(config.swizzle)},
+              {"custom_option", U32Param(config.custom_option)},
               {"inner_shape", config.inner_shape},
               {"cluster_shape", config.cluster_shape}};
   e.workspace_bytes = workspace_bytes;
@@ -107,28 +115,31 @@ bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
     return false;
   }
   constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
+  // uint32 attributes: their int32 form (U32Param), or the plain value.
+  constexpr int64_t kU32Min = std::numeric_limits<int32_t>::min();
   constexpr int64_t kU32 = std::numeric_limits<uint32_t>::max();
   constexpr int64_t kU16 = std::numeric_limits<uint16_t>::max();
   int64_t algo_id, tile, stages, splitk, reduction, swizzle, custom, inner,
       cluster;
   if (!ReadParam(execution, "algo_id", 0, kI32, &algo_id, error) ||
-      !ReadParam(execution, "tile", 0, kU32, &tile, error) ||
-      !ReadParam(execution, "stages", 0, kU32, &stages, error) ||
+      !ReadParam(execution, "tile", kU32Min, kU32, &tile, error) ||
+      !ReadParam(execution, "stages", kU32Min, kU32, &stages, error) ||
       !ReadParam(execution, "splitk", 1, kI32, &splitk, error) ||
-      !ReadParam(execution, "reduction_scheme", 0, kU32, &reduction, error) ||
-      !ReadParam(execution, "swizzle", 0, kU32, &swizzle, error) ||
-      !ReadParam(execution, "custom_option", 0, kU32, &custom, error) ||
+      !ReadParam(execution, "reduction_scheme", kU32Min, kU32, &reduction,
+                 error) ||
+      !ReadParam(execution, "swizzle", kU32Min, kU32, &swizzle, error) ||
+      !ReadParam(execution, "custom_option", kU32Min, kU32, &custom, error) ||
       !ReadParam(execution, "inner_shape", 0, kU16, &inner, error) ||
       !ReadParam(execution, "cluster_shape", 0, kU16, &cluster, error)) {
     return false;
   }
   config->algo_id = static_cast<int32_t>(algo_id);
-  config->tile = static_cast<uint32_t>(tile);
-  config->stages = static_cast<uint32_t>(stages);
+  config->tile = U32FromParam(tile);
+  config->stages = U32FromParam(stages);
   config->splitk = static_cast<int32_t>(splitk);
-  config->reduction_scheme = static_cast<uint32_t>(reduction);
-  config->swizzle = static_cast<uint32_t>(swizzle);
-  config->custom_option = static_cast<uint32_t>(custom);
+  config->reduction_scheme = U32FromParam(reduction);
+  config->swizzle = U32FromParam(swizzle);
+  config->custom_option = U32FromParam(custom);
   config->inner_shape = static_cast<uint16_t>(inner);
   config->cluster_shape = static_cast<uint16_t>(cluster);
   return true;

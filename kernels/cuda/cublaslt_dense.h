@@ -40,6 +40,14 @@ namespace gputune::kernels {
 // Execution::kernel of cuBLASLt candidates.
 inline constexpr char kCublasLtKernel[] = "cublaslt";
 
+// Execution::kernel of cuBLASLt's default: Execution{kCublasLtDefaultKernel,
+// {}, workspace_bytes} is cuBLASLt's first heuristic result, as the heuristic
+// returns it (never rebuilt from a config), for workspace_bytes of workspace
+// and the pointers' alignment: what DenseRunner runs untuned. The backend's
+// default candidate is this, so the default it times and the one a client
+// replays from an entry that kept it are the same algo.
+inline constexpr char kCublasLtDefaultKernel[] = "cublaslt.default";
+
 // How many heuristic results the backend asks for by default. DenseRunner
 // asks for as many when it needs the default, so that both take the first of
 // the same list.
@@ -63,12 +71,14 @@ struct LtAlgoConfig {
 
 // Execution{kCublasLtKernel, {algo_id, tile, stages, splitk,
 // reduction_scheme, swizzle, custom_option, inner_shape, cluster_shape},
-// workspace_bytes}.
+// workspace_bytes}. Every param fits in int32 (gputune.v1.Execution): the
+// uint32 attributes are stored as the int32 of the same bits.
 Execution ToExecution(const LtAlgoConfig& config, uint64_t workspace_bytes);
 
-// The inverse of ToExecution. Returns false and sets *error (naming the
-// param) when the kernel is not kCublasLtKernel, a param is missing, unknown
-// or out of range for its type.
+// The inverse of ToExecution (a uint32 attribute is read from its int32 form
+// or its plain value). Returns false and sets *error (naming the param) when
+// the kernel is not kCublasLtKernel, a param is missing, unknown or out of
+// range for its type.
 bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
                                std::string* error);
 

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -15,6 +18,8 @@
 #include "kernels/cuda/build_info.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/l2_scrub.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/cuda/stream_delay.h"
 
@@ -29,6 +34,14 @@ constexpr uint64_t kAlignment = 256;
 constexpr uint64_t kMaxRotationSets = 1024;
 // A device-side delay longer than this would only mean the host is stalled.
 constexpr double kMaxDelaySeconds = 0.1;
+// Takes of one sample before one whose delay ran out before the last launch
+// was enqueued is discarded (each retry's delay is sized from the enqueue
+// time the previous take measured).
+constexpr int kSampleAttempts = 4;
+// Multiply-adds per reference launch: ~10-40 ms on a current GPU's CUDA
+// cores, so a cancelled job stops soon and the first launch is long enough
+// to extrapolate from.
+constexpr double kReferenceFmasPerLaunch = 4.0 * (1ull << 30);
 
 uint64_t AlignUp(uint64_t v) {
   return (v + kAlignment - 1) / kAlignment * kAlignment;
@@ -109,6 +122,19 @@ CudaWorkload& AsCuda(Workload& workload) {
 
 }  // namespace
 
+std::string NvidiaDriverBuild(const std::string& proc_version) {
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul ..."
+  // or "... NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release
+  // Build ...".
+  static const std::regex kBuild(
+      R"(Kernel Module(?: for \S+)?\s+([0-9]+(?:\.[0-9]+){1,3})\b)");
+  std::smatch match;
+  const std::string first_line =
+      proc_version.substr(0, std::min<size_t>(proc_version.find('\n'), 4096));
+  if (std::regex_search(first_line, match, kBuild)) return match[1].str();
+  return "";
+}
+
 CudaWorkload::~CudaWorkload() { cudaSetDevice(device_); }
 
 std::unique_ptr<CudaBackend> CudaBackend::Create(
@@ -139,6 +165,7 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   cudaDeviceProp prop{};
   CheckCuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   sm_count_ = prop.multiProcessorCount;
+  cc_major_ = prop.major;
   l2_bytes_ = static_cast<uint64_t>(prop.l2CacheSize);
   int driver = 0;
   int runtime = 0;
@@ -153,7 +180,18 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   fingerprint_.processor_count =
       static_cast<uint32_t>(prop.multiProcessorCount);
   fingerprint_.memory_bytes = prop.totalGlobalMem;
-  fingerprint_.driver_version = FormatCudaVersion(driver);
+  // The driver's build (580.65.06), which the API level (13.0) does not
+  // tell apart: a driver update changes kernels' timings.
+  std::string proc_version;
+  if (std::ifstream in("/proc/driver/nvidia/version"); in) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    proc_version = text.str();
+  }
+  fingerprint_.driver_version = NvidiaDriverBuild(proc_version);
+  if (fingerprint_.driver_version.empty()) {
+    fingerprint_.driver_version = FormatCudaVersion(driver);
+  }
   fingerprint_.runtime_version = FormatCudaVersion(runtime);
   fingerprint_.cublaslt_version = FormatCublasVersion(cublasLtGetVersion());
   fingerprint_.kernel_version = std::string(kKernelVersion);
@@ -166,6 +204,20 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   CheckCuda(cudaEventCreate(&stop_), "cudaEventCreate");
   workspace_ = DeviceBuffer(options_.workspace_limit_bytes);
   scrub_ = DeviceBuffer(2 * l2_bytes_);
+  scrub_sink_ = DeviceBuffer(256);
+  // Zero: the read sweep's XOR of a zero buffer never matches its sentinel,
+  // so the sweep writes nothing.
+  CheckCuda(cudaMemsetAsync(scrub_.get(), 0, scrub_.size(), stream_),
+            "cudaMemsetAsync");
+  CheckCuda(cudaMemsetAsync(scrub_sink_.get(), 0, scrub_sink_.size(), stream_),
+            "cudaMemsetAsync");
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::ThrowIfCancelled() const {
+  if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+    throw CancelledError();
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -239,6 +291,33 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   std::vector<Execution> lt;
   const auto heuristics = problem_->Heuristics(
       lt_, options_.heuristic_candidates, limit, kAlignment);
+  // The default first: cuBLASLt's #0 for the workspace it needs, as the
+  // heuristic returns it, through the very resolution DenseRunner uses for an
+  // entry that keeps the default (DensePlan::Default).
+  const DensePlan* default_plan = nullptr;
+  if (!heuristics.empty()) {
+    Execution dflt{kCublasLtDefaultKernel, {}, heuristics[0].workspaceSize};
+    std::string error;
+    auto plan = DensePlan::Make(lt_, problem_, dflt, &error);
+    if (plan == nullptr) {
+      notes_.push_back("cuBLASLt's default " + dflt.ToString() +
+                       " cannot be planned (" + error +
+                       "): the heuristic's algos are offered without it");
+    } else {
+      if (std::memcmp(&plan->lt_algo(), &heuristics[0].algo,
+                      sizeof(cublasLtMatmulAlgo_t)) != 0) {
+        notes_.push_back(
+            "cuBLASLt's #0 for the " + std::to_string(dflt.workspace_bytes) +
+            " workspace bytes it needs is not its #0 for the " +
+            std::to_string(limit) +
+            "-byte limit; the default is the former, what a client replaying "
+            "the entry runs");
+      }
+      default_plan = plan.get();
+      plans_.emplace(ExecKey(dflt), std::move(plan));
+      lt.push_back(std::move(dflt));
+    }
+  }
   for (size_t i = 0; i < heuristics.size(); ++i) {
     const cublasLtMatmulHeuristicResult_t& h = heuristics[i];
     Execution exec = ToExecution(ReadAlgoConfig(h.algo), h.workspaceSize);
@@ -251,39 +330,48 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
     auto plan = DensePlan::Make(lt_, problem_, exec, &error);
     rebuild.rebuilt = plan != nullptr;
     rebuild.error = error;
-    const std::string name = "cuBLASLt heuristic #" + std::to_string(i) +
-                             (i == 0 ? " (the default)" : "");
+    const std::string name = "cuBLASLt heuristic #" + std::to_string(i);
     if (plan != nullptr) {
       rebuild.rebuilt_algo = plan->lt_algo();
       rebuild.identical = std::memcmp(&rebuild.rebuilt_algo, &h.algo,
                                       sizeof(cublasLtMatmulAlgo_t)) == 0;
       if (!rebuild.identical) {
-        notes_.push_back(name + " " + exec.ToString() +
-                         ": the algo rebuilt from its config differs from the "
-                         "heuristic's in its bytes; measured as rebuilt, as a "
-                         "client replays it");
+        notes_.push_back(
+            name + " " + exec.ToString() +
+            ": the algo rebuilt from its config differs from the "
+            "heuristic's in its bytes; measured as rebuilt, as a "
+            "client replays it" +
+            (i == 0 ? "; the default is the heuristic's own" : ""));
       }
-    } else if (i == 0) {
-      // The default stays cuBLASLt's #0: timed as the heuristic returned it.
-      // A client that cannot rebuild it falls back to the same algo.
-      plan = DensePlan::FromHeuristic(problem_, h, &error);
-      notes_.push_back(
-          name + " " + exec.ToString() +
-          " cannot be rebuilt from its config (" + rebuild.error +
-          "): it stays the default, timed as the heuristic returned it; a "
-          "client that cannot rebuild it runs cuBLASLt's default, the same "
-          "algo");
     } else {
       notes_.push_back(name + " " + exec.ToString() +
                        " left out: it cannot be rebuilt from its config (" +
-                       rebuild.error + ")");
+                       rebuild.error + ")" +
+                       (i == 0 && default_plan != nullptr
+                            ? "; the default is its algo as the heuristic "
+                              "returns it"
+                            : ""));
     }
     rebuilds_.push_back(rebuild);
     if (plan == nullptr) continue;
     exec.workspace_bytes =
         std::max(exec.workspace_bytes, plan->workspace_bytes());
-    if (exec.workspace_bytes > limit ||
-        std::find(lt.begin(), lt.end(), exec) != lt.end()) {
+    if (default_plan != nullptr &&
+        std::memcmp(&plan->lt_algo(), &default_plan->lt_algo(),
+                    sizeof(cublasLtMatmulAlgo_t)) == 0 &&
+        exec.workspace_bytes <= lt.front().workspace_bytes) {
+      continue;  // the default itself: timed once, as the default
+    }
+    if (exec.workspace_bytes > limit) {
+      notes_.push_back(
+          name + " " + exec.ToString() + " left out: rebuilt, it needs " +
+          std::to_string(exec.workspace_bytes) + " workspace bytes, over the " +
+          std::to_string(limit) + "-byte limit");
+      continue;
+    }
+    if (std::find(lt.begin(), lt.end(), exec) != lt.end()) {
+      notes_.push_back(name + " " + exec.ToString() +
+                       " left out: the same execution as an earlier one");
       continue;
     }
     plans_.emplace(ExecKey(exec), std::move(plan));
@@ -294,9 +382,23 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   for (const auto& extra : options_.extra_kernels) {
     own.push_back(Execution{extra.name, {}, 0});
   }
+  // The two own families alternate, so that when slots run short both are
+  // measured: the GEMV (CUDA cores, best at M 1-4) and the tensor-core
+  // skinny kernel (M 8-16).
+  std::vector<Execution> gemv;
   for (const auto& params : GemvSplitKCandidates(shape, sm_count_)) {
-    Execution exec = ToExecution(params, shape);
-    if (exec.workspace_bytes <= limit) own.push_back(std::move(exec));
+    gemv.push_back(ToExecution(params, shape));
+  }
+  std::vector<Execution> mma;
+  for (const auto& params : MmaSkinnyCandidates(shape, sm_count_, cc_major_)) {
+    mma.push_back(ToExecution(params, shape));
+  }
+  for (size_t i = 0; i < std::max(gemv.size(), mma.size()); ++i) {
+    for (const std::vector<Execution>* family : {&gemv, &mma}) {
+      if (i < family->size() && (*family)[i].workspace_bytes <= limit) {
+        own.push_back((*family)[i]);
+      }
+    }
   }
 
   if (lt.empty() && own.empty()) {
@@ -329,29 +431,71 @@ std::unique_ptr<Workload> CudaBackend::Prepare(const DenseShape& shape,
   // 2 x L2 or more evicts its own beginning by the time it comes round.
   const uint64_t cold = 2 * l2_bytes_;
   const uint64_t sets =
-      set_bytes >= cold
+      set_bytes >= cold || !options_.rotate_inputs
           ? 1
           : std::min(kMaxRotationSets, (cold + set_bytes - 1) / set_bytes + 1);
   w->pool_ = DeviceBuffer(sets * set_bytes);
   auto* base = static_cast<char*>(w->pool_.get());
   for (uint64_t i = 0; i < sets; ++i) {
+    ThrowIfCancelled();
     char* p = base + i * set_bytes;
     w->sets_.push_back({p, p + x_bytes, p + x_bytes + w_bytes});
     DeviceFillDenseInputs(shape, p, p + x_bytes, seed + i, stream_);
   }
   w->reference_ = DeviceBuffer(shape.m * shape.n * sizeof(float));
   w->compare_scratch_ = DeviceBuffer(kCompareScratchBytes);
-  DeviceReferenceDense(shape, w->x(), w->w(),
-                       static_cast<float*>(w->reference_.get()), stream_);
   w->exact_pool_ = DeviceBuffer(x_bytes + w_bytes);
   auto* exact = static_cast<char*>(w->exact_pool_.get());
   w->exact_ = {exact, exact + x_bytes, w->sets_[0].y};
   DeviceFillExactCheckInputs(shape, w->exact_.x, w->exact_.w, seed, stream_);
   w->exact_reference_ = DeviceBuffer(shape.m * shape.n * sizeof(float));
-  DeviceReferenceDense(shape, w->exact_.x, w->exact_.w,
-                       static_cast<float*>(w->exact_reference_.get()), stream_);
-  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  ComputeReferences(*w);
   return w;
+}
+
+void CudaBackend::ComputeReferences(CudaWorkload& w) {
+  const DenseShape& shape = w.shape();
+  const int64_t columns =
+      DeviceReferenceColumns(shape, kReferenceFmasPerLaunch);
+  const int64_t launches_each = (shape.n + columns - 1) / columns;
+  const struct {
+    const void* x;
+    const void* w;
+    float* ref;
+  } refs[] = {
+      {w.x(), w.w(), static_cast<float*>(w.reference_.get())},
+      {w.exact_.x, w.exact_.w, static_cast<float*>(w.exact_reference_.get())},
+  };
+  // The fills first, so the clock measures the references alone.
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  int64_t done = 0;
+  for (const auto& r : refs) {
+    for (int64_t n0 = 0; n0 < shape.n; n0 += columns) {
+      ThrowIfCancelled();
+      DeviceReferenceDense(shape, r.x, r.w, r.ref, stream_, n0,
+                           std::min(shape.n, n0 + columns));
+      CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      ++done;
+      // Extrapolated from the launches so far.
+      const double so_far =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      const double total = so_far / done * (2 * launches_each);
+      if (total > options_.reference_limit_seconds) {
+        char buf[320];
+        std::snprintf(buf, sizeof(buf),
+                      "the fp32 references of %s would take about %.3g s "
+                      "(%lld launches, the first %lld took %.3g s), more than "
+                      "the %.3g s allowed (reference_limit_seconds)",
+                      ShapeString(shape).c_str(), total,
+                      static_cast<long long>(2 * launches_each),
+                      static_cast<long long>(done), so_far,
+                      options_.reference_limit_seconds);
+        throw std::runtime_error(buf);
+      }
+    }
+  }
 }
 
 void CudaBackend::Launch(const Launcher& launcher, const DenseShape& shape,
@@ -400,15 +544,44 @@ Comparison CudaBackend::RunAndCompareExact(Workload& workload,
 }
 
 int CudaBackend::Bf16Partials(const Execution& exec) const {
-  if (exec.kernel != kCublasLtKernel) return 1;
   LtAlgoConfig config;
-  std::string error;
-  if (!LtAlgoConfigFromExecution(exec, &config, &error)) return 1;
+  if (exec.kernel == kCublasLtDefaultKernel) {
+    // The default's config is its planned algo's.
+    const auto it = plans_.find(ExecKey(exec));
+    if (it == plans_.end()) return 1;
+    try {
+      config = ReadAlgoConfig(it->second->lt_algo());
+    } catch (const std::exception&) {
+      return 1;
+    }
+  } else if (exec.kernel == kCublasLtKernel) {
+    std::string error;
+    if (!LtAlgoConfigFromExecution(exec, &config, &error)) return 1;
+  } else {
+    return 1;
+  }
   if (config.splitk <= 1 ||
       config.reduction_scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
     return 1;
   }
   return config.splitk;
+}
+
+void CudaBackend::ScrubL2(int attempt) {
+  switch (options_.scrub) {
+    case L2Scrub::kNone:
+      return;
+    case L2Scrub::kRead:
+      L2ReadSweep(scrub_.get(), scrub_.size(),
+                  static_cast<unsigned*>(scrub_sink_.get()), sm_count_,
+                  stream_);
+      return;
+    case L2Scrub::kWrite:
+      CheckCuda(
+          cudaMemsetAsync(scrub_.get(), attempt & 0xff, scrub_.size(), stream_),
+          "cudaMemsetAsync(L2 scrub)");
+      return;
+  }
 }
 
 double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
@@ -419,27 +592,30 @@ double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
   reps = std::max(reps, 1);
   const Launcher launcher = Resolve(exec);  // fails before holding the GPU
   using Clock = std::chrono::steady_clock;
+  // This candidate's enqueue rate, learnt from its earlier samples; a first
+  // guess for its first.
+  double& per_launch =
+      enqueue_seconds_per_launch_.try_emplace(ExecKey(exec), 20e-6)
+          .first->second;
+  double delay = std::min(kMaxDelaySeconds, 20e-6 + 2.0 * reps * per_launch);
   // The delay must outlast the host enqueueing all reps; when it did not (the
   // start event already completed), the sample may contain launch gaps and is
-  // taken again with a longer delay.
-  for (int attempt = 0;; ++attempt) {
-    if (options_.scrub_l2) {
-      // Outside the timed region: before the delay and the start event.
-      CheckCuda(
-          cudaMemsetAsync(scrub_.get(), attempt & 0xff, scrub_.size(), stream_),
-          "cudaMemsetAsync(L2 scrub)");
-    }
-    const double delay = std::min(
-        kMaxDelaySeconds, 20e-6 + 2.0 * reps * enqueue_seconds_per_launch_);
+  // taken again with a delay sized from what this enqueue took.
+  double enqueue = 0;
+  for (int attempt = 0; attempt < kSampleAttempts; ++attempt) {
+    ThrowIfCancelled();
+    ScrubL2(attempt);  // outside the timed region: before the delay
     DelayStream(stream_, static_cast<uint64_t>(delay * 1e9));
     CheckCuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     const auto t0 = Clock::now();
     for (int i = 0; i < reps; ++i) {
+      // Between launches, so a job cancelled in a long enqueue stops there
+      // (what is enqueued drains on the next synchronising call).
+      if (i % 256 == 255) ThrowIfCancelled();
       Launch(launcher, w.shape(), w.sets_[w.next_set_]);
       w.next_set_ = (w.next_set_ + 1) % w.sets_.size();
     }
-    const double enqueue =
-        std::chrono::duration<double>(Clock::now() - t0).count();
+    enqueue = std::chrono::duration<double>(Clock::now() - t0).count();
     CheckCuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
     const cudaError_t started = cudaEventQuery(start_);
     // Not ready is the normal case (the delay still holds the stream), but
@@ -450,15 +626,24 @@ double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
       CheckCuda(started, "cudaEventQuery");
     }
     CheckCuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
-    enqueue_seconds_per_launch_ = std::max(enqueue / reps, 1e-6);
-    if (started == cudaErrorNotReady || delay >= kMaxDelaySeconds ||
-        attempt == 2) {
+    per_launch = std::max(enqueue / reps, 1e-6);
+    if (started == cudaErrorNotReady) {
       float ms = 0;
       CheckCuda(cudaEventElapsedTime(&ms, start_, stop_),
                 "cudaEventElapsedTime");
       return ms * 1e-3 / reps;
     }
+    if (delay >= kMaxDelaySeconds) break;
+    delay =
+        std::min(kMaxDelaySeconds, std::max(2 * delay, 2 * enqueue + 50e-6));
   }
+  char buf[200];
+  std::snprintf(
+      buf, sizeof(buf),
+      "launch gaps: enqueueing %d runs took %.3g ms, past the %.3g ms "
+      "device-side delay, in each of its takes; sample discarded",
+      reps, enqueue * 1e3, delay * 1e3);
+  throw std::runtime_error(buf);
 }
 
 }  // namespace gputune::kernels

@@ -6,31 +6,49 @@
 //   Fingerprint fp = backend->GetFingerprint();
 //   TuneReport r = TuneDense(*backend, shape, options);
 //
-// Candidates for a shape: the cuBLASLt heuristic's top algos (the first one
-// is the default: what cuBLASLt runs untuned), then for decode shapes
-// (M <= 16) parameterisations of gputune's own split-K GEMV. Each is an
+// Candidates for a shape: cuBLASLt's default (what it runs untuned), the
+// heuristic's top algos rebuilt from their configs, then for decode shapes
+// (M <= 16) parameterisations of gputune's own split-K GEMV (gemv_splitk.h)
+// and tensor-core skinny kernel (mma_skinny.h), alternating. Each is an
 // Execution complete enough to replay with DenseRunner in another process.
 //
 // Timing: every sample is preceded by an L2 scrub and a device-side delay, both
-// outside the timed region. The scrub writes a scratch buffer of twice the L2
-// size, so nothing an earlier candidate, sample or input fill left in L2
-// survives into the sample: gputune's GEMV streams W with evict-first loads,
-// which leave normal-priority lines in place, so without the scrub about a
-// third of a 4096 x 4096 W (32 MiB, in a 50-60 MiB L2) would hit in L2 and
-// the GEMV would look 10-25 % faster than in a model. Within a sample, each
-// rep reads its own copy of x and W from a rotation of input sets whose
-// combined size exceeds twice the L2, so every rep reads weights from HBM as
-// a real model does, where the other layers' weights evicted them. The delay
-// lets the host enqueue all reps while the GPU waits, so they run back to back
-// without launch gaps (stream_delay.h). scrub_l2 = false (the bench's A/B)
-// skips the scrub.
+// outside the timed region. The scrub (l2_scrub.h) reads a scratch buffer of
+// twice the L2 size, so nothing an earlier candidate, sample or input fill
+// left in L2 survives into the sample, and nothing it leaves is dirty (a
+// memset would leave up to an L2 of dirty lines, written back inside the
+// timed region): gputune's GEMV streams W with evict-first loads, which leave
+// normal-priority lines in place, so without the scrub about a third of a
+// 4096 x 4096 W (32 MiB, in a 50-60 MiB L2) would hit in L2 and the GEMV
+// would look 10-25 % faster than in a model. Within a sample, each rep reads
+// its own copy of x and W from a rotation of input sets whose combined size
+// exceeds twice the L2, so every rep reads weights from HBM as a real model
+// does, where the other layers' weights evicted them. The delay lets the host
+// enqueue all reps while the GPU waits, so they run back to back without
+// launch gaps (stream_delay.h); it is sized from this candidate's own enqueue
+// rate, and a sample whose delay ended before the last launch was enqueued
+// (it may hold gaps) is taken again with a delay sized from what the enqueue
+// took, and discarded with an error when even the longest delay was short.
+// L2Scrub::kNone and kWrite (the bench's A/B) skip the scrub or make it a
+// memset, to measure L2 hits and write-back apart.
 //
-// Candidates: every heuristic algo is rebuilt from its config, as a client
-// replaying an entry rebuilds it, and the rebuilt algo is compared with the
-// heuristic's byte for byte (heuristic_rebuilds()). One that cannot be
-// rebuilt is left out, except the heuristic's #0, which stays the default
-// (timed as cuBLASLt returned it): the default never silently becomes #1.
-// Either is said in CandidateNotes(), which the entry and the log carry.
+// Candidates: the default is Execution{kCublasLtDefaultKernel, {}, W}:
+// cuBLASLt's first heuristic result for W bytes of workspace (W: what #0
+// needs within the limit) as the heuristic returns it, exactly what
+// DenseRunner runs for an entry that keeps it. Every heuristic algo,
+// including #0, is also rebuilt from its config, as a client replaying an
+// entry rebuilds it, compared with the heuristic's byte for byte
+// (heuristic_rebuilds()), and offered as a candidate of its own unless it is
+// the default's algo or a duplicate. What is left out or differs (a rebuild
+// that fails or changes bytes, a workspace over the limit, a duplicate, a #0
+// for W bytes that is not the #0 for the limit) is said in
+// CandidateNotes(), which the entry and the log carry.
+//
+// Shapes: Prepare computes the fp32 reference twice (uniform and exact-check
+// inputs) in launches of about 2^32 multiply-adds, stops between them when the
+// job is cancelled (SetCancel), and refuses a shape whose references would
+// take longer than reference_limit_seconds, extrapolated from the first
+// launch, saying how long they would take.
 //
 // Thread safety: not thread-safe (Backend's contract); any one thread at a
 // time may call it, and each call makes the backend's device current on that
@@ -41,6 +59,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,6 +74,10 @@
 #include "kernels/dense.h"
 
 namespace gputune::kernels {
+
+// The NVIDIA driver's build ("580.65.06") from the text of
+// /proc/driver/nvidia/version; empty when the text has none.
+std::string NvidiaDriverBuild(const std::string& proc_version);
 
 // Arguments of one launch of a dense kernel.
 struct DenseLaunch {
@@ -75,6 +98,13 @@ struct ExtraKernel {
   std::function<void(const DenseLaunch&)> launch;
 };
 
+// How TimeSample leaves L2 before a sample.
+enum class L2Scrub {
+  kNone,   // as the last candidate left it: L2 hits possible (A/B only)
+  kRead,   // a read-only sweep of 2 x L2: cold and clean (the default)
+  kWrite,  // a memset of 2 x L2: cold but dirty, write-back costs (A/B only)
+};
+
 struct CudaBackendOptions {
   // Device ordinal ("0") or UUID as nvidia-smi prints it ("GPU-8f3c...",
   // case-insensitive, the "GPU-" prefix optional).
@@ -86,9 +116,16 @@ struct CudaBackendOptions {
   // Appended after the built-in candidates, one Execution (no params) each.
   // Empty in production.
   std::vector<ExtraKernel> extra_kernels;
-  // Scrub L2 before every timed sample (see above). Off only to measure what
-  // the scrub changes.
-  bool scrub_l2 = true;
+  // How L2 is scrubbed before every timed sample (see above). Only kRead
+  // measures as a model runs; the others are for the A/B.
+  L2Scrub scrub = L2Scrub::kRead;
+  // Rotate inputs through copies of 2 x L2 in all (see above). false: one
+  // input set, for a run that checks kernels rather than times them (the
+  // memcheck test), where hundreds of fills of a small shape cost minutes.
+  bool rotate_inputs = true;
+  // The longest both fp32 references of a shape may take together (see
+  // above); gputuned passes half its job timeout.
+  double reference_limit_seconds = 60;
 };
 
 // How one heuristic algo of the last Candidates() call came back from its
@@ -188,9 +225,11 @@ class CudaBackend final : public Backend {
   const std::vector<HeuristicRebuild>& heuristic_rebuilds() const {
     return rebuilds_;
   }
-  void set_scrub_l2(bool scrub) { options_.scrub_l2 = scrub; }
-  bool scrub_l2() const { return options_.scrub_l2; }
+  void set_scrub(L2Scrub scrub) { options_.scrub = scrub; }
+  L2Scrub scrub() const { return options_.scrub; }
+  void SetCancel(const std::atomic<bool>* cancel) override { cancel_ = cancel; }
   int sm_count() const { return sm_count_; }
+  int cc_major() const { return cc_major_; }
   uint64_t l2_bytes() const { return l2_bytes_; }
 
  private:
@@ -212,11 +251,19 @@ class CudaBackend final : public Backend {
   // Enqueues one run on one input set; throws when it cannot run.
   void Launch(const Launcher& launcher, const DenseShape& shape,
               const CudaWorkload::Set& set);
+  // Throws CancelledError when the job's cancel flag is set.
+  void ThrowIfCancelled() const;
+  // Both references of a prepared workload, in launches, within
+  // reference_limit_seconds (see above); throws.
+  void ComputeReferences(CudaWorkload& w);
+  // Enqueues the scrub the options ask for.
+  void ScrubL2(int attempt);
 
   // Constant after Create.
   CudaBackendOptions options_;
   int device_ = 0;
   int sm_count_ = 0;
+  int cc_major_ = 0;  // compute capability major: mma_skinny needs 8
   uint64_t l2_bytes_ = 0;
   Fingerprint fingerprint_;
   cudaStream_t stream_ = nullptr;
@@ -224,16 +271,20 @@ class CudaBackend final : public Backend {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   DeviceBuffer workspace_;
-  DeviceBuffer scrub_;  // 2 x L2, written before every timed sample
+  DeviceBuffer scrub_;  // 2 x L2, zero-filled, swept before every sample
+  DeviceBuffer scrub_sink_;
+  const std::atomic<bool>* cancel_ = nullptr;  // the job's, or null
 
   // Per-shape caches, valid for problem_->shape().
   std::shared_ptr<const CublasLtDense> problem_;
   std::map<std::string, std::unique_ptr<DensePlan>> plans_;  // by exec key
   std::vector<std::string> notes_;  // of the last Candidates()
   std::vector<HeuristicRebuild> rebuilds_;
-  // Host time to enqueue one launch, learnt from earlier samples; sizes the
-  // delay that keeps the GPU waiting until all reps are enqueued.
-  double enqueue_seconds_per_launch_ = 20e-6;
+  // Host time to enqueue one launch of each candidate (by exec key), learnt
+  // from its earlier samples; sizes the delay that keeps the GPU waiting
+  // until all reps are enqueued. A cuBLASLt launch and an own kernel's
+  // differ several-fold, so one rate for all would be wrong for some.
+  std::map<std::string, double> enqueue_seconds_per_launch_;
 };
 
 }  // namespace gputune::kernels

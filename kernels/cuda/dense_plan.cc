@@ -1,9 +1,12 @@
 #include "kernels/cuda/dense_plan.h"
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
+
+#include "kernels/cuda/execution_params.h"
 
 namespace gputune::kernels {
 namespace {
@@ -29,6 +32,11 @@ std::unique_ptr<DensePlan> DensePlan::Make(
     plan->min_alignment_ = plan->lt_.min_alignment;
     return plan;
   }
+  if (execution.kernel == kCublasLtDefaultKernel) {
+    if (!OnlyKnownParams(execution, {}, error)) return nullptr;
+    return Default(handle, std::move(problem), execution.workspace_bytes, 256,
+                   error);
+  }
   if (execution.kernel == kGemvSplitKKernel) {
     std::unique_ptr<DensePlan> plan(
         new DensePlan(std::move(problem), Family::kGemvSplitK));
@@ -41,8 +49,52 @@ std::unique_ptr<DensePlan> DensePlan::Make(
     plan->min_alignment_ = 16;
     return plan;
   }
+  if (execution.kernel == kMmaSkinnyKernel) {
+    std::unique_ptr<DensePlan> plan(
+        new DensePlan(std::move(problem), Family::kMmaSkinny));
+    if (!MmaSkinnyParamsFromExecution(execution, plan->shape(), &plan->mma_,
+                                      error)) {
+      return nullptr;
+    }
+    // bf16 mma.sync needs 8.0. Checked once here, not at every launch; where
+    // no device is current the launch itself fails. (No cudaGetLastError:
+    // an error the application left pending is not ours to clear.)
+    int device = 0;
+    int major = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device) == cudaSuccess &&
+        major < 8) {
+      *error = std::string(kMmaSkinnyKernel) +
+               ": needs compute capability 8.0 or newer, the device has " +
+               std::to_string(major) + ".x";
+      return nullptr;
+    }
+    plan->workspace_bytes_ = MmaSkinnyWorkspaceBytes(plan->mma_, plan->shape());
+    plan->min_alignment_ = 16;
+    return plan;
+  }
   *error = "unknown kernel \"" + execution.kernel + "\"";
   return nullptr;
+}
+
+std::unique_ptr<DensePlan> DensePlan::Default(
+    cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
+    uint64_t workspace_limit, uint32_t alignment, std::string* error) {
+  try {
+    const auto heuristics = problem->Heuristics(
+        handle, kDefaultHeuristicCandidates, workspace_limit, alignment);
+    if (heuristics.empty()) {
+      *error = "cuBLASLt's heuristic has no algo for this shape with " +
+               std::to_string(workspace_limit) + " workspace bytes and " +
+               std::to_string(alignment) + "-byte alignment";
+      return nullptr;
+    }
+    return FromHeuristic(std::move(problem), heuristics[0], error);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
 }
 
 std::unique_ptr<DensePlan> DensePlan::FromHeuristic(
@@ -82,6 +134,9 @@ void DensePlan::Launch(cublasLtHandle_t handle, const void* x, const void* w,
       return;
     case Family::kGemvSplitK:
       LaunchGemvSplitK(gemv_, shape(), x, w, y, workspace, stream);
+      return;
+    case Family::kMmaSkinny:
+      LaunchMmaSkinny(mma_, shape(), x, w, y, workspace, stream);
       return;
   }
 }

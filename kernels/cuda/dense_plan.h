@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/mma_skinny.h"
 #include "kernels/dense.h"
 
 namespace gputune::kernels {
@@ -21,12 +22,24 @@ namespace gputune::kernels {
 class DensePlan {
  public:
   // Resolves the execution for problem->shape(): parses its params and, for
-  // cuBLASLt, rebuilds and checks the algo with the handle. Returns nullptr
+  // cuBLASLt, rebuilds and checks the algo with the handle
+  // (kCublasLtDefaultKernel: Default() for its workspace_bytes and 256-byte
+  // aligned pointers). Returns nullptr
   // and sets *error (why it cannot run here: unknown kernel, bad params,
   // cublasLtMatmulAlgoCheck refused) on failure. Never throws.
   static std::unique_ptr<DensePlan> Make(
       cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
       const Execution& execution, std::string* error);
+
+  // cuBLASLt's default for the problem: the first of the
+  // kDefaultHeuristicCandidates heuristic results for workspace_limit bytes
+  // and pointers aligned to `alignment` bytes, as the heuristic returned it.
+  // What an Execution{kCublasLtDefaultKernel} resolves to, in the backend and
+  // in DenseRunner alike. Returns nullptr and sets *error when the heuristic
+  // has no algo or fails. Never throws.
+  static std::unique_ptr<DensePlan> Default(
+      cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
+      uint64_t workspace_limit, uint32_t alignment, std::string* error);
 
   // cuBLASLt's own heuristic result, as it returned it (no rebuild from a
   // config): what cuBLASLt runs untuned, the default. Returns nullptr and
@@ -55,7 +68,7 @@ class DensePlan {
               cudaStream_t stream) const;
 
  private:
-  enum class Family { kCublasLt, kGemvSplitK };
+  enum class Family { kCublasLt, kGemvSplitK, kMmaSkinny };
   DensePlan(std::shared_ptr<const CublasLtDense> problem, Family family)
       : problem_(std::move(problem)), family_(family) {}
 
@@ -63,6 +76,7 @@ class DensePlan {
   const Family family_;
   LtPlan lt_;              // kCublasLt
   GemvSplitKParams gemv_;  // kGemvSplitK
+  MmaSkinnyParams mma_;    // kMmaSkinny
   uint64_t workspace_bytes_ = 0;
   uint32_t min_alignment_ = 1;
 };

@@ -73,25 +73,12 @@ DenseRunner::Resolved& DenseRunner::ResolveDefault(ShapeCache& cache,
   const auto key = std::make_pair(workspace_bytes, alignment);
   auto it = cache.defaults.find(key);
   if (it != cache.defaults.end()) return it->second;
+  // The algo as the heuristic returned it, not rebuilt from its config: the
+  // default is what cuBLASLt runs untuned, even when its config cannot be
+  // rebuilt (CudaBackend then says so in the entry).
   Resolved resolved;
-  try {
-    const auto heuristics = cache.problem->Heuristics(
-        lt_, kDefaultHeuristicCandidates, workspace_bytes, alignment);
-    if (heuristics.empty()) {
-      resolved.error = "cuBLASLt's heuristic has no algo for this shape with " +
-                       std::to_string(workspace_bytes) +
-                       " workspace bytes and " + std::to_string(alignment) +
-                       "-byte alignment";
-    } else {
-      // The algo as the heuristic returned it, not rebuilt from its config:
-      // the default is what cuBLASLt runs untuned, even when its config
-      // cannot be rebuilt (CudaBackend then says so in the entry).
-      resolved.plan = DensePlan::FromHeuristic(cache.problem, heuristics[0],
-                                               &resolved.error);
-    }
-  } catch (const std::exception& e) {
-    resolved.error = e.what();
-  }
+  resolved.plan = DensePlan::Default(lt_, cache.problem, workspace_bytes,
+                                     alignment, &resolved.error);
   return cache.defaults.emplace(key, std::move(resolved)).first->second;
 }
 
@@ -124,8 +111,17 @@ DenseRunResult DenseRunner::Run(const Execution& execution,
     }
   }
 
-  // An empty execution (no tuned entry) asks for the default outright.
-  const bool wants_default = execution.kernel.empty();
+  // An empty execution (no tuned entry) asks for the default outright; an
+  // entry that kept the default (kCublasLtDefaultKernel) asks for it with
+  // the workspace it was timed with, so it runs the algo the daemon timed
+  // (a larger workspace given here must not pick another #0).
+  if (execution.kernel == kCublasLtDefaultKernel && execution.params.empty() &&
+      workspace_bytes >= execution.workspace_bytes) {
+    workspace_bytes = execution.workspace_bytes;
+  }
+  const bool wants_default =
+      execution.kernel.empty() ||
+      (execution.kernel == kCublasLtDefaultKernel && execution.params.empty());
   std::string why;
   if (!wants_default) {
     Resolved& wanted = ResolveExecution(cache, execution);

@@ -18,11 +18,13 @@
 // runs the default instead, cuBLASLt's first heuristic result for the given
 // workspace and alignment (its algo as returned, never rebuilt from a config,
 // so the default runs even where its config cannot be rebuilt), and reports
-// that it fell back. Launch errors are read from each launch's own result:
-// an error the application left pending is neither reported as the
-// runner's nor cleared (cuda_status.h, CheckLaunch). Resolved plans are
-// cached per shape and execution, so repeated calls do no cuBLASLt queries and
-// no allocation.
+// that it fell back. An entry that kept the default (kCublasLtDefaultKernel)
+// runs that same default for its own workspace_bytes (or less when less is
+// given), which is the algo the daemon timed for it, without a fall-back.
+// Launch errors are read from each launch's own result: an error the
+// application left pending is neither reported as the runner's nor cleared
+// (cuda_status.h, CheckLaunch). Resolved plans are cached per shape and
+// execution, so repeated calls do no cuBLASLt queries and no allocation.
 //
 // Thread safety: not thread-safe. Use one runner per thread (or guard it);
 // it may launch on any stream of its device.

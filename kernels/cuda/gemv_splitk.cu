@@ -201,7 +201,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // K chunk per CTA: a multiple of one warp step, so every chunk starts on a
 // 512-byte boundary of its row.
 int64_t KChunk(const GemvSplitKParams& params, const DenseShape& shape) {
-  return CeilDiv(CeilDiv(shape.k, params.split_k), kWarpStep) * kWarpStep;
+  return SplitKChunkLength(shape.k, params.split_k, kWarpStep);
 }
 
 bool IsPowerOfTwoUpTo(int64_t value, int64_t max) {
@@ -210,11 +210,30 @@ bool IsPowerOfTwoUpTo(int64_t value, int64_t max) {
 
 }  // namespace
 
+int64_t SplitKChunkLength(int64_t k, int split_k, int64_t step) {
+  return CeilDiv(CeilDiv(k, std::max(split_k, 1)), step) * step;
+}
+
+// Rounding each chunk up can leave the last ones empty (K=14336, split_k=16,
+// 256-element steps: chunks of 1024, 14 of them): only these are launched
+// and reduced.
+int64_t SplitKChunks(int64_t k, int split_k, int64_t step) {
+  return split_k <= 1 ? 1 : CeilDiv(k, SplitKChunkLength(k, split_k, step));
+}
+
+uint64_t SplitKPartialBytes(int split_k, const DenseShape& shape) {
+  if (split_k <= 1) return 0;
+  return static_cast<uint64_t>(split_k) * shape.m * shape.n * sizeof(float);
+}
+
+int64_t GemvSplitKChunks(const GemvSplitKParams& params,
+                         const DenseShape& shape) {
+  return SplitKChunks(shape.k, params.split_k, kWarpStep);
+}
+
 uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
                                   const DenseShape& shape) {
-  if (params.split_k <= 1) return 0;
-  return static_cast<uint64_t>(params.split_k) * shape.m * shape.n *
-         sizeof(float);
+  return SplitKPartialBytes(params.split_k, shape);
 }
 
 Execution ToExecution(const GemvSplitKParams& params, const DenseShape& shape) {
@@ -307,6 +326,8 @@ std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,
     const int64_t warps_needed = CeilDiv(shape.n, rows);
     int64_t split = 1;
     while (split < max_split && warps_needed * split < target_warps) split *= 2;
+    // As many as are not empty after KChunk's rounding.
+    split = GemvSplitKChunks({.split_k = static_cast<int>(split)}, shape);
     add({.rows_per_warp = rows, .warps = 4, .split_k = 1, .m_tile = m_tile});
     if (split > 1) {
       add({.rows_per_warp = rows,
@@ -316,7 +337,7 @@ std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,
     }
   }
   add({.rows_per_warp = 1, .warps = 8, .split_k = 1, .m_tile = m_tile});
-  if (max_split >= 2) {
+  if (max_split >= 2 && GemvSplitKChunks({.split_k = 2}, shape) == 2) {
     add({.rows_per_warp = 2, .warps = 4, .split_k = 2, .m_tile = m_tile});
   }
   // Short K and many tokens leave few variants: smaller CTAs spread a small N
@@ -341,6 +362,9 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                              ": no kernel for these params");
   }
   const bool split = params.split_k > 1;
+  // Empty chunks are neither launched nor reduced (an entry from before
+  // candidates were trimmed may still ask for them).
+  const int64_t chunks = GemvSplitKChunks(params, shape);
   if (split && workspace == nullptr) {
     throw std::runtime_error(std::string(kGemvSplitKKernel) +
                              ": split_k > 1 needs a workspace");
@@ -348,7 +372,7 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
   const int64_t rows_per_cta =
       static_cast<int64_t>(params.warps) * params.rows_per_warp;
   const dim3 grid(static_cast<unsigned>(CeilDiv(shape.n, rows_per_cta)),
-                  static_cast<unsigned>(params.split_k),
+                  static_cast<unsigned>(chunks),
                   static_cast<unsigned>(CeilDiv(shape.m, params.m_tile)));
   const dim3 block(static_cast<unsigned>(params.warps * 32));
   float* partial = split ? static_cast<float*>(workspace) : nullptr;
@@ -358,14 +382,18 @@ void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                static_cast<__nv_bfloat16*>(y), partial, shape.m, shape.n,
                shape.k, KChunk(params, shape));
   if (split) {
-    const int64_t count = shape.m * shape.n;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>(CeilDiv(count, threads), 65535);
-    LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
-                 dim3(threads), stream, &SplitKReduceKernel,
-                 static_cast<const float*>(partial),
-                 static_cast<__nv_bfloat16*>(y), count, params.split_k);
+    LaunchSplitKReduce(partial, y, shape.m * shape.n, static_cast<int>(chunks),
+                       stream);
   }
+}
+
+void LaunchSplitKReduce(const float* partial, void* y, int64_t count,
+                        int chunks, cudaStream_t stream) {
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>(CeilDiv(count, threads), 65535);
+  LaunchKernel("SplitKReduceKernel", dim3(static_cast<unsigned>(blocks)),
+               dim3(threads), stream, &SplitKReduceKernel, partial,
+               static_cast<__nv_bfloat16*>(y), count, chunks);
 }
 
 }  // namespace gputune::kernels

@@ -39,6 +39,13 @@ struct GemvSplitKParams {
                          const GemvSplitKParams&) = default;
 };
 
+// K chunks a launch computes and reduces: split_k less the chunks that
+// rounding each up to a 256-element warp step leaves empty (K=14336 with
+// split_k=16 has 14); 1 without split-K. Candidates always have
+// split_k == GemvSplitKChunks.
+int64_t GemvSplitKChunks(const GemvSplitKParams& params,
+                         const DenseShape& shape);
+
 // fp32 partials for split_k > 1 (split_k * M * N * 4 bytes), else 0.
 uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
                                   const DenseShape& shape);
@@ -69,6 +76,20 @@ std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,
 void LaunchGemvSplitK(const GemvSplitKParams& params, const DenseShape& shape,
                       const void* x, const void* w, void* y, void* workspace,
                       cudaStream_t stream);
+
+// The split-K arithmetic both own families share: K split into split_k
+// chunks, each rounded up to a multiple of `step` elements, of which
+// SplitKChunks are not empty (1 without split-K); and the bytes of their fp32
+// partials (split_k * M * N * 4, 0 without split-K).
+int64_t SplitKChunkLength(int64_t k, int split_k, int64_t step);
+int64_t SplitKChunks(int64_t k, int split_k, int64_t step);
+uint64_t SplitKPartialBytes(int split_k, const DenseShape& shape);
+
+// Enqueues y[i] = bf16(sum over c < chunks of partial[c * count + i]),
+// summed in chunk order in fp32: the second pass of a split-K (this family's
+// and mma_skinny.h's). Throws std::runtime_error on a failed launch.
+void LaunchSplitKReduce(const float* partial, void* y, int64_t count,
+                        int chunks, cudaStream_t stream);
 
 }  // namespace gputune::kernels
 

@@ -15,6 +15,7 @@ gputune_cuda_module_open(const gputune::kernels::CudaModuleOptions* options,
   backend_options.device = options->device;
   backend_options.heuristic_candidates = options->heuristic_candidates;
   backend_options.workspace_limit_bytes = options->workspace_limit_bytes;
+  backend_options.reference_limit_seconds = options->reference_limit_seconds;
   return gputune::kernels::CudaBackend::Create(backend_options, error)
       .release();
 }

@@ -19,7 +19,7 @@
 
 namespace gputune::kernels {
 
-inline constexpr int kCudaModuleAbi = 1;
+inline constexpr int kCudaModuleAbi = 2;
 
 // The CudaBackendOptions the daemon sets (see cuda_backend.h), passed
 // through as they are.
@@ -27,6 +27,7 @@ struct CudaModuleOptions {
   std::string device;
   int heuristic_candidates = 0;
   uint64_t workspace_limit_bytes = 0;
+  double reference_limit_seconds = 60;
 };
 
 // The module's two entry points (extern "C", looked up with dlsym).

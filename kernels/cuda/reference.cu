@@ -40,13 +40,14 @@ constexpr int kTileK = 16;
 __global__ void __launch_bounds__(kThreads)
     ReferenceKernel(const __nv_bfloat16* __restrict__ x,
                     const __nv_bfloat16* __restrict__ w,
-                    float* __restrict__ ref, int64_t m, int64_t n, int64_t k) {
+                    float* __restrict__ ref, int64_t m, int64_t n, int64_t k,
+                    int64_t n_begin) {
   __shared__ float xs[kTileK][kTile + 1];
   __shared__ float ws[kTileK][kTile + 1];
   const int tx = threadIdx.x % 16;
   const int ty = threadIdx.x / 16;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t n0 = n_begin + static_cast<int64_t>(blockIdx.x) * kTile;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
     for (int i = threadIdx.x; i < kTile * kTileK; i += kThreads) {
@@ -158,13 +159,20 @@ void DeviceFillExactCheckInputs(const DenseShape& shape, void* x, void* w,
 }
 
 void DeviceReferenceDense(const DenseShape& shape, const void* x, const void* w,
-                          float* ref, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((shape.n + kTile - 1) / kTile),
+                          float* ref, cudaStream_t stream, int64_t n_begin,
+                          int64_t n_end) {
+  if (n_end < 0 || n_end > shape.n) n_end = shape.n;
+  if (n_begin < 0) n_begin = 0;
+  if (n_begin >= n_end) return;
+  const dim3 grid(static_cast<unsigned>((n_end - n_begin + kTile - 1) / kTile),
                   static_cast<unsigned>((shape.m + kTile - 1) / kTile));
+  // Tiles past n_end but below N write columns of the next range with the
+  // same values that range computes: harmless, and only when n_end - n_begin
+  // is not a multiple of kTile (DeviceReferenceColumns is).
   LaunchKernel("ReferenceKernel", grid, dim3(kThreads), stream,
                &ReferenceKernel, static_cast<const __nv_bfloat16*>(x),
                static_cast<const __nv_bfloat16*>(w), ref, shape.m, shape.n,
-               shape.k);
+               shape.k, n_begin);
 }
 
 Comparison DeviceCompareWithReference(const void* y, const float* ref,
@@ -189,6 +197,14 @@ Comparison DeviceCompareWithReference(const void* y, const float* ref,
   result.mismatches = static_cast<int64_t>(host.mismatches);
   result.non_finite = static_cast<int64_t>(host.non_finite);
   return result;
+}
+
+int64_t DeviceReferenceColumns(const DenseShape& shape, double fmas) {
+  const double per_column = static_cast<double>(shape.m) * shape.k;
+  const double columns = std::max(fmas / std::max(per_column, 1.0), 1.0);
+  const int64_t tiles = std::max<int64_t>(
+      static_cast<int64_t>(std::min(columns, 1e15) / kTile), 1);
+  return std::min(tiles * kTile, (shape.n + kTile - 1) / kTile * kTile);
 }
 
 }  // namespace gputune::kernels

@@ -32,8 +32,16 @@ void DeviceFillExactCheckInputs(const DenseShape& shape, void* x, void* w,
 
 // ref[M,N] = x * W^T from the bf16 inputs with fp32 products and fp32
 // accumulation in K order, by a plain tiled kernel. Enqueued on the stream.
+// Only the columns [n_begin, n_end) (n_end < 0: to N), so that a caller can
+// split a long reference into launches and stop between them; ranges that
+// start at multiples of DeviceReferenceColumns' result never overlap.
 void DeviceReferenceDense(const DenseShape& shape, const void* x, const void* w,
-                          float* ref, cudaStream_t stream);
+                          float* ref, cudaStream_t stream, int64_t n_begin = 0,
+                          int64_t n_end = -1);
+
+// How many columns of the reference make about `fmas` multiply-adds: a
+// multiple of the reference's tile (>= one tile, <= N rounded up to one).
+int64_t DeviceReferenceColumns(const DenseShape& shape, double fmas);
 
 // Device scratch DeviceCompareWithReference needs.
 inline constexpr size_t kCompareScratchBytes = 64;

@@ -3,14 +3,22 @@
 // every machine.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_plan.h"
 #include "kernels/cuda/gemv_splitk.h"
+#include "kernels/cuda/mma_skinny.h"
+#include "kernels/cuda/reference.h"
 #include "kernels/dense.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/support/catch.h"
@@ -130,6 +138,95 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "cuBLASLt config values past INT32_MAX survive the int32 params of an "
+    "entry") {
+  // gputune.v1.Execution's params are int32; cuBLASLt's uint32 attributes
+  // can use all 32 bits (custom_option, tile ids of newer releases).
+  const LtAlgoConfig config{.algo_id = 66,
+                            .tile = 0xFFFFFFF0u,
+                            .stages = 0x80000000u,
+                            .splitk = 1,
+                            .reduction_scheme = 0x7FFFFFFFu,
+                            .swizzle = 0xFFFFFFFFu,
+                            .custom_option = 0x80000001u};
+  const Execution exec = ToExecution(config, 0);
+  Execution through_proto = exec;  // what ToProto/FromProto keep of each
+  for (auto& [name, value] : through_proto.params) {
+    INFO(name << "=" << value);
+    CHECK(value >= std::numeric_limits<int32_t>::min());
+    CHECK(value <= std::numeric_limits<int32_t>::max());
+    value = static_cast<int32_t>(value);
+  }
+  LtAlgoConfig back;
+  std::string error;
+  REQUIRE(LtAlgoConfigFromExecution(through_proto, &back, &error));
+  CHECK(back == config);
+  // A plain uint32 value (an in-process Execution) reads back too.
+  Execution plain = exec;
+  plain.params["tile"] = 0xFFFFFFF0ll;
+  REQUIRE(LtAlgoConfigFromExecution(plain, &back, &error));
+  CHECK(back.tile == 0xFFFFFFF0u);
+  plain.params["tile"] = 0x100000000ll;
+  CHECK_FALSE(LtAlgoConfigFromExecution(plain, &back, &error));
+  CHECK(error.find("tile") != std::string::npos);
+}
+
+TEST_CASE("the driver's build is read from /proc/driver/nvidia/version") {
+  CHECK(NvidiaDriverBuild(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun "
+            "Jul 27 07:09:58 UTC 2025\nGCC version:  gcc version 12.2.0\n") ==
+        "580.65.06");
+  CHECK(NvidiaDriverBuild("NVRM version: NVIDIA UNIX Open Kernel Module for "
+                          "x86_64  570.124.06  Release Build  (dvs-builder@U16)"
+                          "  Wed Feb 26 01:03:13 UTC 2025\n") == "570.124.06");
+  CHECK(NvidiaDriverBuild("").empty());
+  CHECK(NvidiaDriverBuild("garbage without a version\n").empty());
+  // Only the first line counts.
+  CHECK(NvidiaDriverBuild("NVRM version: ?\nKernel Module 1.2.3\n").empty());
+}
+
+TEST_CASE("split-K GEMV launches no empty K chunk") {
+  // K=14336 in chunks rounded up to 256 elements: split_k=16 gives chunks of
+  // 1024, of which 14 hold all of K.
+  const DenseShape down{.m = 4, .n = 4096, .k = 14336};
+  CHECK(GemvSplitKChunks({.split_k = 16}, down) == 14);
+  CHECK(GemvSplitKChunks({.split_k = 1}, down) == 1);
+  CHECK(GemvSplitKChunks({.split_k = 4}, down) == 4);
+  for (const int64_t m : {1, 4, 16}) {
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{4096, 4096},
+                                                  {14336, 4096},
+                                                  {28672, 8192},
+                                                  {8192, 10240},
+                                                  {1280, 4096},
+                                                  {2304, 1024},
+                                                  {14336, 1024},
+                                                  {16640, 512}}) {
+      const DenseShape shape{.m = m, .n = n, .k = k};
+      INFO(testing::ShapeName(shape));
+      for (const auto& params : GemvSplitKCandidates(shape, 132)) {
+        INFO(ToExecution(params, shape).ToString());
+        CHECK(GemvSplitKChunks(params, shape) == params.split_k);
+      }
+    }
+  }
+}
+
+TEST_CASE("the reference is split into launches of whole tiles") {
+  const DenseShape big{.m = 16, .n = 1 << 20, .k = 1 << 20};
+  const int64_t columns = DeviceReferenceColumns(big, 4.0 * (1ull << 30));
+  CHECK(columns % 64 == 0);
+  CHECK(columns >= 64);
+  CHECK(columns * big.m * big.k <= 4.0 * (1ull << 30) + 64.0 * big.m * big.k);
+  // A small shape is one launch of at least N columns.
+  const DenseShape small{.m = 1, .n = 100, .k = 64};
+  CHECK(DeviceReferenceColumns(small, 4.0 * (1ull << 30)) >= small.n);
+  CHECK(DeviceReferenceColumns(small, 4.0 * (1ull << 30)) % 64 == 0);
+  // Never below one tile, however small the budget.
+  CHECK(DeviceReferenceColumns(big, 1) == 64);
+}
+
+TEST_CASE(
     "a cuBLASLt execution with a missing, unknown or out-of-range "
     "param is refused by name") {
   const Execution good = ToExecution(LtAlgoConfig{}, 0);
@@ -215,6 +312,146 @@ TEST_CASE("gemv_splitk params the kernel cannot run are refused by name") {
   CHECK_FALSE(GemvSplitKParamsFromExecution(
       good, {.m = 4, .n = 4096, .k = 4095}, &params, &error));
   CHECK(error.find("K % 8") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace gputune::kernels
+
+namespace gputune::kernels {
+namespace {
+
+TEST_CASE(
+    "mma_skinny candidates are distinct, valid, without empty K chunks and "
+    "offered only for decode shapes on 8.0+") {
+  constexpr int kSms = 132;
+  for (const int64_t m : {1, 2, 4, 8, 9, 16}) {
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{4096, 6144},
+                                                  {4096, 4096},
+                                                  {4096, 28672},
+                                                  {14336, 4096},
+                                                  {8192, 10240},
+                                                  {28672, 8192},
+                                                  {16640, 512},
+                                                  {1024, 100}}) {
+      const DenseShape shape{.m = m, .n = n, .k = k};
+      INFO(testing::ShapeName(shape));
+      const auto candidates = MmaSkinnyCandidates(shape, kSms, 9);
+      CHECK(candidates.size() >= 3);
+      CHECK(candidates.size() <= 8);
+      bool split = false;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const Execution exec = ToExecution(candidates[i], shape);
+        INFO(exec.ToString());
+        MmaSkinnyParams back;
+        std::string error;
+        REQUIRE(MmaSkinnyParamsFromExecution(exec, shape, &back, &error));
+        CHECK(back == candidates[i]);
+        CHECK(MmaSkinnyChunks(back, shape) == back.split_k);
+        split = split || back.split_k > 1;
+        const int64_t partials =
+            back.split_k > 1 ? back.split_k * m * n * 4 : 0;
+        CHECK(exec.workspace_bytes == static_cast<uint64_t>(partials));
+        const std::optional<Execution> parsed = ParseExecution(exec.ToString());
+        REQUIRE(parsed.has_value());
+        CHECK(*parsed == exec);
+        for (size_t j = 0; j < i; ++j) CHECK_FALSE(candidates[j] == back);
+      }
+      // N = 4096 cannot fill 132 SMs with 16-row tiles alone: split-K.
+      if (n <= 4096 && k >= 4096) CHECK(split);
+    }
+  }
+  CHECK(MmaSkinnyCandidates({.m = 17, .n = 4096, .k = 4096}, kSms, 9).empty());
+  CHECK(
+      MmaSkinnyCandidates({.m = 4, .n = 4096, .k = 4032 + 8}, kSms, 9).empty());
+  // No bf16 mma.sync before 8.0.
+  CHECK(MmaSkinnyCandidates({.m = 4, .n = 4096, .k = 4096}, kSms, 7).empty());
+  // K=16640 in 16 chunks of 1040, rounded up to 1152 (9 x 128 for
+  // k_unroll=2): 15 hold all of K.
+  CHECK(MmaSkinnyChunks({.split_k = 16, .k_unroll = 2},
+                        {.m = 8, .n = 512, .k = 16640}) == 15);
+  CHECK(MmaSkinnyChunks({.split_k = 16, .k_unroll = 1},
+                        {.m = 8, .n = 4096, .k = 14336}) == 16);
+}
+
+TEST_CASE("mma_skinny params it cannot run are refused by name") {
+  const DenseShape shape{.m = 16, .n = 4096, .k = 4096};
+  const Execution good = ToExecution(MmaSkinnyParams{}, shape);
+  MmaSkinnyParams params;
+  std::string error;
+  REQUIRE(MmaSkinnyParamsFromExecution(good, shape, &params, &error));
+  CHECK(params == MmaSkinnyParams{});
+
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"row_tiles", 3},
+                                                {"row_tiles", 8},
+                                                {"warps", 3},
+                                                {"warps", 16},
+                                                {"split_k", 0},
+                                                {"split_k", 65},
+                                                {"k_unroll", 3}}) {
+    INFO(name << "=" << value);
+    Execution bad = good;
+    bad.params[name] = value;
+    CHECK_FALSE(MmaSkinnyParamsFromExecution(bad, shape, &params, &error));
+    CHECK(error.find(name) != std::string::npos);
+  }
+  Execution unknown = good;
+  unknown.params["stages"] = 2;
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(unknown, shape, &params, &error));
+  CHECK(error.find("stages") != std::string::npos);
+
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(
+      good, {.m = 17, .n = 4096, .k = 4096}, &params, &error));
+  CHECK(error.find("M=17") != std::string::npos);
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(good, {.m = 4, .n = 4096, .k = 4104},
+                                           &params, &error));
+  CHECK(error.find("K % 64") != std::string::npos);
+  Execution other = good;
+  other.kernel = kGemvSplitKKernel;
+  CHECK_FALSE(MmaSkinnyParamsFromExecution(other, shape, &params, &error));
+}
+
+TEST_CASE(
+    "an mma_skinny entry resolves to a plan that says what a launch "
+    "needs") {
+  // The DenseRunner path up to the launch: DensePlan::Make from the entry's
+  // execution, then CannotLaunch on the client's buffers.
+  const DenseShape shape{.m = 8, .n = 4096, .k = 4096};
+  const MmaSkinnyParams split{.row_tiles = 2, .warps = 4, .split_k = 4};
+  const Execution exec = ToExecution(split, shape);
+  std::shared_ptr<const CublasLtDense> problem;
+  try {
+    problem = std::make_shared<const CublasLtDense>(shape);
+  } catch (const std::exception& e) {
+    WARN("skipped: cuBLASLt descriptors need a device here: " << e.what());
+    return;
+  }
+  std::string error;
+  auto plan = DensePlan::Make(nullptr, problem, exec, &error);
+  INFO(error);
+  REQUIRE(plan != nullptr);
+  CHECK(plan->workspace_bytes() == 4u * 8 * 4096 * 4);
+  CHECK(plan->min_alignment() == 16);
+  alignas(256) static char buffers[1024];
+  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512,
+                           plan->workspace_bytes())
+            .empty());
+  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512, 1024)
+            .find("workspace too small") != std::string::npos);
+  CHECK(plan->CannotLaunch(buffers + 8, buffers + 256, buffers + 512,
+                           plan->workspace_bytes())
+            .find("16-byte aligned") != std::string::npos);
+
+  Execution bad = exec;
+  bad.params["row_tiles"] = 3;
+  CHECK(DensePlan::Make(nullptr, problem, bad, &error) == nullptr);
+  CHECK(error.find("row_tiles=3") != std::string::npos);
+  CHECK(DensePlan::Make(nullptr,
+                        std::make_shared<const CublasLtDense>(
+                            DenseShape{.m = 32, .n = 4096, .k = 4096}),
+                        exec, &error) == nullptr);
+  CHECK(error.find("M=32") != std::string::npos);
 }
 
 }  // namespace

@@ -148,7 +148,16 @@ TEST_CASE(
 
   DenseRunResult result;
   SECTION("no tuned entry runs the default without complaint") {
-    CHECK(client.Run(Execution{}, wl, &result) == by_default);
+    // With the workspace the default was timed with: the same algo.
+    CHECK(client.Run(Execution{}, wl, &result,
+                     candidates.front().workspace_bytes) == by_default);
+    CHECK(result.ok);
+    CHECK_FALSE(result.fell_back);
+  }
+  SECTION("an entry that kept the default runs it with any larger workspace") {
+    REQUIRE(candidates.front().kernel == kCublasLtDefaultKernel);
+    CHECK(client.Run(candidates.front(), wl, &result, kWorkspace) ==
+          by_default);
     CHECK(result.ok);
     CHECK_FALSE(result.fell_back);
   }

@@ -187,17 +187,17 @@ TEST_CASE("candidates are sampled in interleaved rounds in rotating order") {
   for (const CandidateReport& c : report.candidates) CHECK(c.samples == 6);
 }
 
-TEST_CASE("a kernel whose one run lasts a sample is warmed by its validation") {
-  // Candidate 1's validation run takes 60 ms (> min_sample_seconds): no
-  // warm-up runs, no calibration, one run per sample. Candidate 0 is short:
-  // warmup_runs runs, then calibration.
-  SyntheticBackend backend({{.us = 10}, {.us = 60000, .run_wall = 0.06}});
+TEST_CASE("a kernel whose one timed run lasts a sample takes one warm-up") {
+  // Candidate 1 runs 60 ms (> min_sample_seconds): one timed warm-up run,
+  // then one run per sample. Candidate 0 is short: warmup_runs runs, then
+  // calibration.
+  SyntheticBackend backend({{.us = 10}, {.us = 60000}});
   TuneOptions options = Options(8);
   options.warmup_runs = 2;
   const TuneReport report = TuneDense(backend, kShape, options);
   REQUIRE(report.ok);
   const auto long_calls = backend.CallsOf(1);
-  CHECK(long_calls.size() == report.candidates[1].samples);
+  CHECK(long_calls.size() == report.candidates[1].samples + 1);
   for (const auto& call : long_calls) CHECK(call.reps == 1);
   const auto short_calls = backend.CallsOf(0);
   REQUIRE(short_calls.size() > report.candidates[0].samples);
@@ -207,19 +207,40 @@ TEST_CASE("a kernel whose one run lasts a sample is warmed by its validation") {
   CHECK(short_calls.back().reps >= 500);
 }
 
+TEST_CASE("reps come from the kernel's timed run, not the validation's wall") {
+  // Validation lasts 20 ms (fills, compare, copies: longer than a sample),
+  // the kernel 10 us. Sized from the validation, each sample would be one
+  // run, warm-up skipped; sized from a timed run, a sample is >= 500 runs
+  // (5 ms of kernel time) after warmup_runs single runs.
+  SyntheticBackend backend(
+      {{.us = 10, .run_wall = 0.02}, {.us = 10, .run_wall = 0.02}});
+  TuneOptions options = Options(6);
+  options.warmup_runs = 1;
+  const TuneReport report = TuneDense(backend, kShape, options);
+  REQUIRE(report.ok);
+  for (int64_t id : {0, 1}) {
+    const auto calls = backend.CallsOf(id);
+    REQUIRE(calls.size() > report.candidates[id].samples);
+    CHECK(calls.front().reps == 1);  // the warm-up
+    for (size_t i = calls.size() - report.candidates[id].samples;
+         i < calls.size(); ++i) {
+      CHECK(calls[i].reps * 10e-6 >= options.min_sample_seconds);
+    }
+  }
+}
+
 TEST_CASE("the plan cuts candidates whose samples do not fit, slowest first") {
   // Budget 1 s, 5 samples each: the default (tiny) and 100 ms candidates
-  // fit (0.5 s), a 150 ms one does not on top of them.
-  SyntheticBackend backend({{.us = 10},
-                            {.us = 100000, .run_wall = 0.1},
-                            {.us = 150000, .run_wall = 0.15}});
+  // fit (0.5 s), a 150 ms one does not on top of them. The synthetic times
+  // cost no wall time: the plan goes by the reported ones.
+  SyntheticBackend backend({{.us = 10}, {.us = 100000}, {.us = 150000}});
   TuneOptions options = Options(5);
   const TuneReport report = TuneDense(backend, kShape, options);
   REQUIRE(report.ok);
   CHECK(report.candidates[1].samples == 5);
   CHECK(report.candidates[2].samples == 0);
   CHECK_THAT(report.candidates[2].error, Catch::StartsWith("cut by budget"));
-  CHECK(backend.CallsOf(2).empty());
+  CHECK(backend.CallsOf(2).size() == 1);  // its warm-up only
 }
 
 }  // namespace
