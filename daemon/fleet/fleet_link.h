@@ -70,6 +70,11 @@ struct FleetOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // Bound on every PostgreSQL statement.
   absl::Duration statement_timeout = absl::Seconds(5);
+  // Bound on a fleet claim's round trip (the claim connection's statement
+  // timeout, and how long its answer is waited for): under the client
+  // library's default deadline (2 s), so that a slow or stopped PostgreSQL
+  // turns into local claims before clients give up.
+  absl::Duration claim_timeout = absl::Seconds(1);
   // Records the outbox holds at most (one per key); beyond, a Record is
   // kept locally only (counted in FleetStatus.outbox_overflow).
   uint64_t outbox_limit = 100000;
@@ -101,7 +106,7 @@ class FleetLink final : public FleetHooks {
 
   // FleetHooks.
   void Claim(const v1::Key& key, absl::string_view holder, absl::Duration ttl,
-             ClaimDone done) override;
+             ClaimKind kind, absl::Time deadline, ClaimDone done) override;
   absl::Status PersistRecord(const v1::Entry& entry) override;
   void RecordCommitted(const v1::Key& key) override;
   absl::Status Import(const std::vector<v1::Entry>& entries) override;
@@ -134,10 +139,10 @@ class FleetLink final : public FleetHooks {
   // callers that both found a key free locally never both go to the fleet,
   // where the second would take the claim over from the first); without,
   // from the arbiter alone.
-  absl::StatusOr<v1::ClaimResponse> ClaimOnce(const v1::Key& key,
-                                              absl::string_view holder,
-                                              absl::Duration ttl,
-                                              bool ask_fleet);
+  // No grant once `deadline` (the caller's) has passed: DEADLINE_EXCEEDED.
+  absl::StatusOr<v1::ClaimResponse> ClaimOnce(
+      const v1::Key& key, absl::string_view holder, absl::Duration ttl,
+      ClaimKind kind, absl::Time deadline, bool ask_fleet);
   void FollowerLoop();
   void PublisherLoop();
   void KeeperLoop();
@@ -146,7 +151,9 @@ class FleetLink final : public FleetHooks {
   // Records the link's state; logs when it changes.
   void SetConnected(bool connected, const std::string& error)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::unique_ptr<FleetConnection>> Connect();
+  // A new connection whose statements are bounded by `statement_timeout`.
+  absl::StatusOr<std::unique_ptr<FleetConnection>> Connect(
+      absl::Duration statement_timeout);
   // One pass over the feed from the last adopted position: true when rows
   // were adopted and more may follow.
   absl::StatusOr<bool> FollowOnce(FleetConnection& conn);

@@ -800,4 +800,174 @@ TEST_CASE(
   CHECK(testing::Promtool(b.dir(), MetricsText(b)) == "");
 }
 
+namespace {
+
+// A Claim by a client of `d`; the answer.
+v1::ClaimResponse ClaimKey(const DaemonProcess& d, const v1::Key& key,
+                           const std::string& holder = "fleet-test-client") {
+  v1::ClaimRequest req;
+  *req.mutable_key() = key;
+  req.set_holder(holder);
+  v1::ClaimResponse resp;
+  const grpc::Status s = d.Stub()->Claim(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return resp;
+}
+
+// A client's Record of `claim_id` with `kernel` chosen.
+grpc::Status RecordClaim(const DaemonProcess& d, uint64_t claim_id,
+                         const std::string& kernel) {
+  v1::RecordRequest req;
+  req.set_claim_id(claim_id);
+  req.mutable_execution()->set_kernel(kernel);
+  v1::RecordResponse resp;
+  return d.Stub()->Record(Ctx().get(), req, &resp);
+}
+
+grpc::Status RenewClaim(const DaemonProcess& d, uint64_t claim_id) {
+  v1::RenewRequest req;
+  req.set_claim_id(claim_id);
+  v1::RenewResponse resp;
+  return d.Stub()->Renew(Ctx().get(), req, &resp);
+}
+
+grpc::Status AbandonClaim(const DaemonProcess& d, uint64_t claim_id) {
+  v1::AbandonRequest req;
+  req.set_claim_id(claim_id);
+  v1::AbandonResponse resp;
+  return d.Stub()->Abandon(Ctx().get(), req, &resp);
+}
+
+// FleetFlags with the fleet lease set to `lease`.
+std::vector<std::string> FleetFlagsWithLease(const std::string& conninfo,
+                                             const std::string& lease) {
+  std::vector<std::string> flags = FleetFlags(conninfo);
+  for (std::string& f : flags) {
+    if (f.rfind("--fleet_lease_ttl=", 0) == 0) f = "--fleet_lease_ttl=" + lease;
+  }
+  return flags;
+}
+
+}  // namespace
+
+// Two daemons with long fleet leases (a stand-in would outlive the test's
+// checks), a's client holding the fleet claim on `key` and b's Claim
+// answered PENDING with a stand-in: `auto& [pg, a, b, held, pending]`.
+struct StandIn {
+  StandIn(const std::string& db, const v1::Key& key)
+      : conninfo(pg.CreateDatabase(db)),
+        a(FleetFlagsWithLease(conninfo, "10s")),
+        b(FleetFlagsWithLease(conninfo, "10s")) {
+    REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+    held = ClaimKey(a, key);
+    REQUIRE(held.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+    pending = ClaimKey(b, key, "another-client");
+    REQUIRE(pending.outcome() == v1::CLAIM_OUTCOME_PENDING);
+    REQUIRE(pending.claim().holder().rfind("fleet: ", 0) == 0);
+    REQUIRE(pending.claim().claim_id() != 0);
+    REQUIRE(Status(b).claims_size() == 1);
+  }
+  // a's client records `kernel`; b adopts the entry.
+  void HolderRecords(const v1::Key& key, const std::string& kernel) {
+    REQUIRE(RecordClaim(a, held.claim().claim_id(), kernel).ok());
+    REQUIRE(WaitUntil(
+        [&] { return Lookup(b, key).state() == v1::KEY_STATE_HIT; }, 8));
+  }
+  PostgresServer pg;
+  std::string conninfo;
+  DaemonProcess a;
+  DaemonProcess b;
+  v1::ClaimResponse held;
+  v1::ClaimResponse pending;
+};
+
+TEST_CASE(
+    "a fleet stand-in claim is never a grant: Renew, Record and Abandon of it "
+    "are refused, naming the holder") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  const v1::Key key = DenseKey(8, 128, 128);
+  StandIn fleet("standin", key);
+  const std::string holder = fleet.pending.claim().holder();
+  const uint64_t stand_in = fleet.pending.claim().claim_id();
+  for (const grpc::Status& s : {RenewClaim(fleet.b, stand_in),
+                                RecordClaim(fleet.b, stand_in, "k.forged"),
+                                AbandonClaim(fleet.b, stand_in)}) {
+    INFO(s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find(holder) != std::string::npos);
+  }
+  CHECK(Lookup(fleet.b, key).state() == v1::KEY_STATE_PENDING);
+  // The holder records: its entry, not a forged one, is what b serves.
+  fleet.HolderRecords(key, "k.real");
+  CHECK(GetEntry(fleet.b, key).execution().kernel() == "k.real");
+  CHECK(GetEntry(fleet.b, key).source() == v1::SOURCE_FLEET);
+  CHECK(fleet.pg.QueryNumber("standin", "SELECT count(*) FROM fleet_entries") ==
+        1);
+}
+
+TEST_CASE(
+    "a fleet stand-in claim ends as soon as the entry it stood for is "
+    "adopted, not at the end of the holder's lease") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  const v1::Key key = DenseKey(8, 128, 128);
+  StandIn fleet("adopted", key);
+  fleet.HolderRecords(key, "k.real");
+  const v1::GetStatusResponse after = Status(fleet.b);
+  CHECK(after.claims_size() == 0);
+  CHECK(after.fleet().claims_waited() == 0);
+  // What gputunectl status shows: no live claim, none held by "fleet: ...".
+  std::ostringstream out;
+  std::ostringstream err;
+  REQUIRE(ctl::Main({"--endpoint=" + fleet.b.endpoint(), "status"}, out, err) ==
+          0);
+  INFO(out.str());
+  CHECK(out.str().find("fleet: ") == std::string::npos);
+}
+
+TEST_CASE(
+    "a client claim whose fleet claim was lost is fenced: its Record is "
+    "refused with the reason, and claiming the key again finds the new "
+    "holder") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("fenced");
+  auto& [pg, conninfo, a, b] = fleet;
+  const v1::Key key = DenseKey(9, 128, 128);
+  const v1::ClaimResponse granted = ClaimKey(a, key);
+  REQUIRE(granted.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  const uint64_t id = granted.claim().claim_id();
+  const std::string a_instance = Status(a).fleet().instance();
+  REQUIRE(pg.QueryNumber(
+              "fenced", "SELECT count(*) FROM fleet_claims WHERE instance = '" +
+                            a_instance + "' AND NOT released") == 1);
+  REQUIRE(kill(a.pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // > lease
+  // b's client takes the key over and holds it.
+  const v1::ClaimResponse taken = ClaimKey(b, key, "new-holder");
+  REQUIRE(taken.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  REQUIRE(kill(a.pid(), SIGCONT) == 0);
+  REQUIRE(WaitUntil(
+      [&] { return a.Log().find("lost fleet claim") != std::string::npos; }));
+  // Once a knows, its client's Record is refused, saying why; not
+  // acknowledged and replaced by the fleet's entry a moment later.
+  const grpc::Status recorded = RecordClaim(a, id, "k.stale");
+  INFO(recorded.error_message());
+  CHECK(recorded.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(recorded.error_message().find("lost") != std::string::npos);
+  CHECK(RenewClaim(a, id).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(Lookup(a, key).state() != v1::KEY_STATE_HIT);
+  // The client claims again: the fleet says who holds the key now.
+  const v1::ClaimResponse again = ClaimKey(a, key);
+  CHECK(again.outcome() == v1::CLAIM_OUTCOME_PENDING);
+  CHECK(again.claim().holder().rfind("fleet: ", 0) == 0);
+  // The new holder's result is the one every daemon serves.
+  REQUIRE(RecordClaim(b, taken.claim().claim_id(), "k.new").ok());
+  REQUIRE(WaitUntil([&] {
+    return Lookup(a, key).state() == v1::KEY_STATE_HIT &&
+           Lookup(a, key).entry().execution().kernel() == "k.new";
+  }));
+  CHECK(pg.QueryNumber("fenced", "SELECT count(*) FROM fleet_entries") == 1);
+}
+
 }  // namespace gputune
