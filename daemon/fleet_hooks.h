@@ -46,7 +46,7 @@ class FleetHooks {
   // claim taken for it is released), so no lease is held for a client that
   // gave up. A fleet claim round trip is bounded well below a client's
   // default deadline (FleetOptions::claim_timeout); one that fails drops the
-  // claim connection, and Claims are decided locally until it is back.
+  // claim connection, and Claims are decided locally for a backoff.
   virtual void Claim(const v1::Key& key, absl::string_view holder,
                      absl::Duration ttl, ClaimKind kind, absl::Time deadline,
                      ClaimDone done) = 0;

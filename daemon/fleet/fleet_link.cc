@@ -107,7 +107,8 @@ FleetLink::FleetLink(const FleetOptions& options, FleetIdentity me,
       target_(RedactConnInfo(options.conninfo)),
       store_(store),
       arbiter_(arbiter),
-      clock_(clock) {}
+      clock_(clock),
+      claims_backoff_(options.retry_min) {}
 
 absl::StatusOr<std::unique_ptr<FleetLink>> FleetLink::Create(
     const FleetOptions& options, FleetIdentity me,
@@ -271,17 +272,23 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
       absl::UnavailableError("not connected");
   if (ask_fleet) {
     absl::MutexLock lock(&claim_mu_);
-    if (claim_conn_ != nullptr) {
+    const absl::Time now = clock_->Now();
+    if (claim_conn_ != nullptr && now >= claims_local_until_) {
       fleet = claim_conn_->Claim(fingerprint_, key_id, key.candidate_set(), me_,
                                  options_.lease_ttl);
-      if (!fleet.ok()) {
+      if (fleet.ok()) {
+        claims_backoff_ = options_.retry_min;
+      } else {
         // A lock, a stopped or slow server: the claim connection is dropped
-        // (the keeper reconnects), so the Claims behind this one are decided
-        // locally at once instead of each waiting claim_timeout.
+        // (the keeper reconnects) and fleet claims pause for a backoff, so
+        // the Claims behind this one are decided locally at once instead of
+        // each waiting claim_timeout.
+        claims_local_until_ = clock_->Now() + claims_backoff_;
         spdlog::warn(
-            "fleet: a fleet claim failed ({}): claims are local-only until "
-            "the claim connection is back",
-            std::string(fleet.status().message()));
+            "fleet: a fleet claim failed ({}): claims are local-only for {}",
+            std::string(fleet.status().message()),
+            absl::FormatDuration(claims_backoff_));
+        claims_backoff_ = std::min(claims_backoff_ * 2, options_.retry_max);
         claim_conn_.reset();
       }
     }

@@ -224,6 +224,11 @@ class FleetLink final : public FleetHooks {
   // The connection Claim and the keeper share; null while unreachable.
   absl::Mutex claim_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::unique_ptr<FleetConnection> claim_conn_ ABSL_GUARDED_BY(claim_mu_);
+  // After a fleet claim failed: Claims are decided locally until then; the
+  // pause doubles (retry_min..retry_max) while fleet claims keep failing.
+  absl::Time claims_local_until_ ABSL_GUARDED_BY(claim_mu_) =
+      absl::InfinitePast();
+  absl::Duration claims_backoff_ ABSL_GUARDED_BY(claim_mu_);
 
   std::atomic<uint64_t> outbox_overflow_{0};
   std::atomic<uint64_t> published_{0};
