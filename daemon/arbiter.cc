@@ -243,7 +243,8 @@ absl::StatusOr<uint64_t> Arbiter::NextClaimIdLocked() {
 
 absl::StatusOr<v1::ClaimResponse> Arbiter::Claim(const v1::Key& key,
                                                  absl::string_view holder,
-                                                 absl::Duration ttl) {
+                                                 absl::Duration ttl,
+                                                 ClaimKind kind) {
   if (ttl == absl::ZeroDuration()) ttl = options_.default_ttl;
   if (ttl < options_.min_ttl || ttl > options_.max_ttl) {
     return absl::InvalidArgumentError(
@@ -281,7 +282,7 @@ absl::StatusOr<v1::ClaimResponse> Arbiter::Claim(const v1::Key& key,
     Slot& slot = slots_[key_id];
     if (slot.lease) claims_.erase(slot.lease->claim_id);  // expired: superseded
     slot.lease = std::make_unique<Lease>(
-        Lease{*id, key, std::string(holder), now, now + ttl, false});
+        Lease{*id, key, std::string(holder), now, now + ttl, false, kind});
     claims_[*id] = key_id;
     response.set_outcome(v1::CLAIM_OUTCOME_GRANTED);
     v1::ClaimInfo* claim = response.mutable_claim();
@@ -299,6 +300,11 @@ absl::StatusOr<Arbiter::Slot*> Arbiter::LiveClaimLocked(uint64_t claim_id,
                                                         absl::Time now) {
   auto it = claims_.find(claim_id);
   if (it == claims_.end()) {
+    if (auto fenced = fenced_.find(claim_id); fenced != fenced_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("claim ", claim_id, " was fenced: ", fenced->second,
+                       "; Claim the key again"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "claim ", claim_id,
         " is not live (expired and taken over, released, or from before a "
@@ -314,8 +320,65 @@ absl::StatusOr<Arbiter::Slot*> Arbiter::LiveClaimLocked(uint64_t claim_id,
   return &slot;
 }
 
-absl::StatusOr<absl::Time> Arbiter::Renew(uint64_t claim_id,
-                                          absl::Duration ttl) {
+absl::StatusOr<Arbiter::Slot*> Arbiter::ActionableClaimLocked(
+    uint64_t claim_id, absl::Time now, ClaimKind caller) {
+  absl::StatusOr<Slot*> slot = LiveClaimLocked(claim_id, now);
+  if (!slot.ok()) return slot;
+  const Lease& lease = *(*slot)->lease;
+  if (lease.kind == ClaimKind::kStandIn) {
+    // Not a grant: a client that Recorded with it would plant an entry
+    // under another daemon's name (docs/architecture.md, "States with a
+    // fleet").
+    return absl::FailedPreconditionError(absl::StrCat(
+        "claim ", claim_id, " is not a grant: it stands in here for ",
+        lease.holder,
+        ", which is tuning the key; wait for its entry (Watch or Lookup) and "
+        "Claim the key again if it does not come"));
+  }
+  if (lease.kind != caller) {
+    if (lease.kind == ClaimKind::kDaemon) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "claim ", claim_id,
+          " is gputuned's own TuneDense job: only that job renews, records or "
+          "abandons it (it ends by itself, at the latest at the job's time "
+          "limit)"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("claim ", claim_id, " is not the daemon's own claim"));
+  }
+  return slot;
+}
+
+bool Arbiter::Fence(uint64_t claim_id, std::string reason) {
+  const absl::Time now = clock_->Now();
+  std::vector<Notification> notes;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Slot*> found = LiveClaimLocked(claim_id, now);
+    if (!found.ok()) return false;
+    Slot& slot = **found;
+    // A Record in flight is left to finish: the fleet refuses its publish.
+    if (slot.lease->kind != ClaimKind::kClient || slot.lease->recording) {
+      return false;
+    }
+    const std::string key_id = claims_[claim_id];
+    claims_.erase(claim_id);
+    slot.lease.reset();
+    fenced_[claim_id] = std::move(reason);
+    fenced_order_.push_back(claim_id);
+    if (fenced_order_.size() > kMaxFenced) {
+      fenced_.erase(fenced_order_.front());
+      fenced_order_.pop_front();
+    }
+    CollectLocked(key_id, now, &notes);
+    MaybeEraseSlotLocked(key_id);
+  }
+  Deliver(notes);
+  return true;
+}
+
+absl::StatusOr<absl::Time> Arbiter::Renew(uint64_t claim_id, absl::Duration ttl,
+                                          ClaimKind caller) {
   if (ttl == absl::ZeroDuration()) ttl = options_.default_ttl;
   if (ttl < options_.min_ttl || ttl > options_.max_ttl) {
     return absl::InvalidArgumentError(
@@ -324,16 +387,17 @@ absl::StatusOr<absl::Time> Arbiter::Renew(uint64_t claim_id,
   }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Slot*> slot = LiveClaimLocked(claim_id, now);
+  absl::StatusOr<Slot*> slot = ActionableClaimLocked(claim_id, now, caller);
   if (!slot.ok()) return slot.status();
   (*slot)->lease->deadline = std::max((*slot)->lease->deadline, now + ttl);
   return (*slot)->lease->deadline;
 }
 
-absl::StatusOr<Arbiter::RecordTicket> Arbiter::BeginRecord(uint64_t claim_id) {
+absl::StatusOr<Arbiter::RecordTicket> Arbiter::BeginRecord(uint64_t claim_id,
+                                                           ClaimKind caller) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Slot*> slot = LiveClaimLocked(claim_id, now);
+  absl::StatusOr<Slot*> slot = ActionableClaimLocked(claim_id, now, caller);
   if (!slot.ok()) return slot.status();
   Lease& lease = *(*slot)->lease;
   if (lease.recording) {
@@ -371,14 +435,15 @@ void Arbiter::CancelRecord(const RecordTicket& ticket) {
   }
 }
 
-absl::StatusOr<Arbiter::AbandonResult> Arbiter::Abandon(uint64_t claim_id) {
+absl::StatusOr<Arbiter::AbandonResult> Arbiter::Abandon(uint64_t claim_id,
+                                                        ClaimKind caller) {
   const absl::Time now = clock_->Now();
   std::vector<Notification> notes;
   AbandonResult result;
   v1::AbandonResponse& response = result.response;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<Slot*> found = LiveClaimLocked(claim_id, now);
+    absl::StatusOr<Slot*> found = ActionableClaimLocked(claim_id, now, caller);
     if (!found.ok()) return found.status();
     Slot& slot = **found;
     if (slot.lease->recording) {
@@ -422,6 +487,13 @@ void Arbiter::Install(const std::vector<v1::Entry>& entries) {
       std::string replaced = EntryCandidateSetLocked(key_id);
       SetEntryLocked(key_id, entry);
       PublishLocked(v1::CHANGE_KIND_RECORDED, key_id, std::move(replaced));
+      // The entry a fleet stand-in waited for: it is no longer PENDING.
+      Slot& slot = slots_[key_id];
+      if (slot.lease && slot.lease->kind == ClaimKind::kStandIn &&
+          slot.lease->key.candidate_set() == entry.key().candidate_set()) {
+        claims_.erase(slot.lease->claim_id);
+        slot.lease.reset();
+      }
       CollectLocked(key_id, now, &notes);
     }
   }

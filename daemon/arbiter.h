@@ -21,6 +21,16 @@
 //   CommitRecord(...)   installs the entry, releases the claim, wakes watchers
 //   CancelRecord(...)   (persisting failed) unpins; the lease runs on.
 //
+// Who may act on a claim (ClaimKind): a client's claim is renewed, recorded
+// and abandoned through the service (Authority checks which peer); the
+// daemon's own TuneDense claim only by its job (a client's Renew, Record or
+// Abandon of it is PERMISSION_DENIED, whoever sends it); a fleet stand-in
+// (the local lease that shows another daemon's fleet claim as PENDING) is
+// never a grant: Renew, Record and Abandon of it are FAILED_PRECONDITION
+// naming the holder. A client claim whose fleet claim was lost is fenced
+// (Fence): it ends, and its Renew, Record and Abandon are
+// FAILED_PRECONDITION with the reason.
+//
 // Thread-safe. No method blocks on I/O except Claim, which reserves a new
 // block of claim ids (one small SQLite write per claim_id_block claims).
 // Watch callbacks run on the thread that caused the change, outside the
@@ -30,6 +40,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -75,6 +86,13 @@ struct ArbiterOptions {
 // Durably reserves `count` fresh claim ids; returns the first.
 using ClaimIdReserver = std::function<absl::StatusOr<uint64_t>(uint64_t)>;
 
+// What a claim is, and who calls Renew, BeginRecord and Abandon.
+enum class ClaimKind {
+  kClient,   // a client's Claim through TuneService
+  kDaemon,   // the daemon's own TuneDense job
+  kStandIn,  // a fleet stand-in: another daemon holds the fleet claim
+};
+
 class Arbiter {
  public:
   // `clock` must outlive the arbiter. `fingerprint_digest`: the digest of the
@@ -119,18 +137,35 @@ class Arbiter {
   // Find(key) as a KeyStatus, the entry parsed (Watch, TuneDense).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // GRANTED (a new claim), PENDING, HIT or BACKOFF. ttl zero = default.
-  // INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl]; UNAVAILABLE when
-  // no claim id could be reserved.
+  // GRANTED (a new claim of `kind`), PENDING, HIT or BACKOFF. ttl zero =
+  // default. INVALID_ARGUMENT for a ttl outside [min_ttl, max_ttl];
+  // UNAVAILABLE when no claim id could be reserved.
   absl::StatusOr<v1::ClaimResponse> Claim(const v1::Key& key,
                                           absl::string_view holder,
-                                          absl::Duration ttl)
+                                          absl::Duration ttl,
+                                          ClaimKind kind = ClaimKind::kClient)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Extends a live lease to now + ttl and returns the new deadline.
-  // FAILED_PRECONDITION when the claim expired, was superseded or released.
-  absl::StatusOr<absl::Time> Renew(uint64_t claim_id, absl::Duration ttl)
+  // FAILED_PRECONDITION when the claim expired, was superseded or released,
+  // is a stand-in, or is fenced; PERMISSION_DENIED when `caller` may not act
+  // on it (see ClaimKind above).
+  absl::StatusOr<absl::Time> Renew(uint64_t claim_id, absl::Duration ttl,
+                                   ClaimKind caller = ClaimKind::kClient)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The fleet claim behind a live client claim was lost (another daemon
+  // took it over): the claim ends now (no abandon is counted) and its
+  // Renew, Record and Abandon are refused from now on with
+  // FAILED_PRECONDITION carrying `reason`, so that the client claims the key
+  // again (and learns from the fleet who holds it) instead of being told OK
+  // for a result the fleet would replace. The last kMaxFenced reasons are
+  // kept. The daemon's own job is not fenced, nor a claim being recorded:
+  // its Record goes to the fleet, which refuses it and answers the canonical
+  // entry (docs/architecture.md, "The fencing argument"). False when the
+  // claim is not a live client claim.
+  bool Fence(uint64_t claim_id, std::string reason) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kMaxFenced = 1024;
 
   // What a Record needs to build and persist the entry.
   struct RecordTicket {
@@ -139,8 +174,10 @@ class Arbiter {
     v1::Key key;  // with the claimer's candidate set
     std::string holder;
   };
-  // Checks the claim is live and pins it. FAILED_PRECONDITION otherwise.
-  absl::StatusOr<RecordTicket> BeginRecord(uint64_t claim_id)
+  // Checks the claim is live and `caller` may record it, and pins it.
+  // FAILED_PRECONDITION or PERMISSION_DENIED otherwise (as for Renew).
+  absl::StatusOr<RecordTicket> BeginRecord(
+      uint64_t claim_id, ClaimKind caller = ClaimKind::kClient)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The entry is durable: the key turns HIT, the claim is released.
   void CommitRecord(const RecordTicket& ticket, const v1::Entry& entry)
@@ -149,16 +186,20 @@ class Arbiter {
   void CancelRecord(const RecordTicket& ticket) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Releases a live claim: MISS, or BACKOFF when this abandon trips it.
-  // FAILED_PRECONDITION when the claim is not live. (Callers log the reason
-  // with `key`.)
+  // FAILED_PRECONDITION when the claim is not live or is a stand-in;
+  // PERMISSION_DENIED when `caller` may not act on it. (Callers log the
+  // reason with `key`.)
   struct AbandonResult {
     v1::AbandonResponse response;
     v1::Key key;  // the claimed key
   };
-  absl::StatusOr<AbandonResult> Abandon(uint64_t claim_id)
+  absl::StatusOr<AbandonResult> Abandon(uint64_t claim_id,
+                                        ClaimKind caller = ClaimKind::kClient)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Entries that are durable already (imported): installed and watchers woken.
+  // Entries that are durable already (imported, adopted from the fleet):
+  // installed and watchers woken. A fleet stand-in on an installed key ends:
+  // the entry it stood for has arrived.
   void Install(const std::vector<v1::Entry>& entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Entries deleted from the store: dropped from the index, watchers woken.
   void Erase(const std::vector<std::string>& key_ids) ABSL_LOCKS_EXCLUDED(mu_);
@@ -218,6 +259,7 @@ class Arbiter {
     absl::Time granted_at;
     absl::Time deadline;
     bool recording = false;  // pinned by BeginRecord
+    ClaimKind kind = ClaimKind::kClient;
   };
   // Abandons and BACKOFF of one key. Most keys never have one; keeping it
   // out of Slot saves 32 bytes per entry (3 MiB per 100k entries).
@@ -306,6 +348,10 @@ class Arbiter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Slot*> LiveClaimLocked(uint64_t claim_id, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LiveClaimLocked, and whether `caller` may act on the claim (ClaimKind).
+  absl::StatusOr<Slot*> ActionableClaimLocked(uint64_t claim_id, absl::Time now,
+                                              ClaimKind caller)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Deliver(const std::vector<Notification>& notes);
   // The candidate set of key_id's entry; empty when it has none.
   std::string EntryCandidateSetLocked(const std::string& key_id) const
@@ -330,6 +376,10 @@ class Arbiter {
   // handful, one per client library and kernel set).
   absl::node_hash_set<std::string> candidate_sets_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> claims_ ABSL_GUARDED_BY(mu_);
+  // Fenced claims' reasons (Fence), the newest kMaxFenced, oldest first in
+  // fenced_order_.
+  absl::flat_hash_map<uint64_t, std::string> fenced_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> fenced_order_ ABSL_GUARDED_BY(mu_);
   // Keys whose cool-down has not been swept yet (a few; the sweep visits only
   // these, never every entry).
   absl::flat_hash_set<std::string> backoff_keys_ ABSL_GUARDED_BY(mu_);

@@ -12,7 +12,10 @@
 // A claim is bound to the peer that took it: its uid for a unix peer, its
 // connection otherwise. Renew, Record and Abandon by anyone else are
 // PERMISSION_DENIED (operators excepted), so a claim id read from GetStatus
-// is of no use to another user.
+// is of no use to another user. Claims no client took (the daemon's own
+// TuneDense claims, fleet stand-ins) are bound to nobody here: the arbiter
+// refuses every client's Renew, Record and Abandon of them (ClaimKind,
+// daemon/arbiter.h), operators' too.
 //
 // Thread-safe.
 #ifndef GPUTUNE_DAEMON_AUTHORITY_H_

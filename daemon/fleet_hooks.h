@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/arbiter.h"
 #include "gputune/v1/tune.pb.h"
 
 namespace gputune {
@@ -26,7 +27,7 @@ class FleetHooks {
   // What Claim answers, called once.
   using ClaimDone = std::function<void(absl::StatusOr<v1::ClaimResponse>)>;
 
-  // Arbiter::Claim(key, holder, ttl), with the key's fleet claim taken
+  // Arbiter::Claim(key, holder, ttl, kind), with the key's fleet claim taken
   // first when a local grant is possible. Answers as Arbiter::Claim does:
   // GRANTED (a local claim, backed by the fleet claim, or local-only while
   // the fleet is unreachable), HIT (also when the fleet already had the
@@ -39,8 +40,16 @@ class FleetHooks {
   // fleet is reachable, every Claim of a key that is not a HIT goes there,
   // in order); a HIT, or any Claim while the fleet is unreachable, calls
   // `done` before Claim returns. `done` must not block.
+  //
+  // `deadline` is the caller's (the gRPC deadline of a Claim): a claim that
+  // is decided after it is never granted (DEADLINE_EXCEEDED, and a fleet
+  // claim taken for it is released), so no lease is held for a client that
+  // gave up. A fleet claim round trip is bounded well below a client's
+  // default deadline (FleetOptions::claim_timeout); one that fails drops the
+  // claim connection, and Claims are decided locally for a backoff.
   virtual void Claim(const v1::Key& key, absl::string_view holder,
-                     absl::Duration ttl, ClaimDone done) = 0;
+                     absl::Duration ttl, ClaimKind kind, absl::Time deadline,
+                     ClaimDone done) = 0;
 
   // TuneStore::Put(entry) for a Record (daemon- or client-measured), with
   // the entry's row in the fleet outbox written in the same SQLite

@@ -148,7 +148,7 @@ void JobQueue::Stop() {
   const absl::Status shutting_down = absl::UnavailableError(
       "gputuned is shutting down: retry against the restarted daemon");
   for (const auto& job : abandoned) {
-    (void)arbiter_->Abandon(job->claim_id);
+    (void)arbiter_->Abandon(job->claim_id, ClaimKind::kDaemon);
     for (const DoneFn& done : job->waiters) done(shutting_down);
   }
   for (const auto& [id, follower] : followers) {
@@ -210,12 +210,14 @@ void JobQueue::TuneDense(const v1::Key& key, bool wait, DoneFn done) {
   FleetHooks* const fleet = fleet_.load();
   if (fleet == nullptr) {
     Claimed(key, wait, std::move(done),
-            arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl));
+            arbiter_->Claim(key, kDaemonHolder, options_.lease_ttl,
+                            ClaimKind::kDaemon));
     return;
   }
   // The fleet claim may take a PostgreSQL round trip: answered on the fleet
   // tier's claim thread.
-  fleet->Claim(key, kDaemonHolder, options_.lease_ttl,
+  fleet->Claim(key, kDaemonHolder, options_.lease_ttl, ClaimKind::kDaemon,
+               absl::InfiniteFuture(),
                [this, key, wait,
                 done = std::move(done)](absl::StatusOr<v1::ClaimResponse> c) {
                  Claimed(key, wait, done, std::move(c));
@@ -294,7 +296,7 @@ void JobQueue::Claimed(const v1::Key& key, bool wait, DoneFn done,
     }
   }
   if (stopped) {
-    (void)arbiter_->Abandon(job->claim_id);
+    (void)arbiter_->Abandon(job->claim_id, ClaimKind::kDaemon);
     done(absl::UnavailableError("gputuned is shutting down"));
     return;
   }
@@ -385,7 +387,7 @@ void JobQueue::Run(Job& job) {
       job.info.set_candidates_done(done);
       job.info.set_candidates_total(total);
     }
-    (void)arbiter_->Renew(job.claim_id, options_.lease_ttl);
+    (void)arbiter_->Renew(job.claim_id, options_.lease_ttl, ClaimKind::kDaemon);
   };
   const std::string key_text = KeyText(job.key);
   hooks.log = [&](int severity, const std::string& line) {
@@ -424,7 +426,7 @@ void JobQueue::Run(Job& job) {
   absl::StatusOr<v1::KeyStatus> result;
   if (report.ok) {
     absl::StatusOr<Arbiter::RecordTicket> ticket =
-        arbiter_->BeginRecord(job.claim_id);
+        arbiter_->BeginRecord(job.claim_id, ClaimKind::kDaemon);
     if (!ticket.ok()) {
       result = ticket.status();
     } else {
@@ -448,7 +450,7 @@ void JobQueue::Run(Job& job) {
   }
   if (!report.ok) {
     spdlog::warn("tuning {} failed: {}", key_text, report.error);
-    (void)arbiter_->Abandon(job.claim_id);
+    (void)arbiter_->Abandon(job.claim_id, ClaimKind::kDaemon);
     result = absl::AbortedError(
         absl::StrCat("tuning ", key_text, " failed: ", report.error));
   }

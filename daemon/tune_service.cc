@@ -486,7 +486,13 @@ grpc::ServerUnaryReactor* TuneServiceImpl::Claim(
   };
   const absl::Duration ttl = FromProto(request->ttl());
   if (fleet_ != nullptr) {
-    fleet_->Claim(request->key(), request->holder(), ttl, std::move(answer));
+    // A client that gave up is granted nothing (FleetHooks::Claim).
+    const absl::Time deadline =
+        ctx->deadline() == std::chrono::system_clock::time_point::max()
+            ? absl::InfiniteFuture()
+            : absl::FromChrono(ctx->deadline());
+    fleet_->Claim(request->key(), request->holder(), ttl, ClaimKind::kClient,
+                  deadline, std::move(answer));
   } else {
     answer(arbiter_->Claim(request->key(), request->holder(), ttl));
   }

@@ -104,7 +104,8 @@ FleetLink::FleetLink(const FleetOptions& options, FleetIdentity me,
       target_(RedactConnInfo(options.conninfo)),
       store_(store),
       arbiter_(arbiter),
-      clock_(clock) {}
+      clock_(clock),
+      claims_backoff_(options.retry_min) {}
 
 absl::StatusOr<std::unique_ptr<FleetLink>> FleetLink::Create(
     const FleetOptions& options, FleetIdentity me,
@@ -206,16 +207,25 @@ void FleetLink::SetConnected(bool connected, const std::string& error) {
   if (!connected) schema_ok_ = false;
 }
 
-absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect() {
-  return FleetConnection::Connect(options_.conninfo,
-                                  options_.statement_timeout);
+absl::StatusOr<std::unique_ptr<FleetConnection>> FleetLink::Connect(
+    absl::Duration statement_timeout) {
+  return FleetConnection::Connect(options_.conninfo, statement_timeout);
 }
 
 // ---------------------------------------------------------------------------
 // Claims.
 
+// The answer to a Claim decided after its caller's deadline.
+absl::Status TooLate(const v1::Key& key) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the Claim of ", KeyText(key),
+      " passed its deadline while it waited for the fleet: nothing was "
+      "granted; Claim again"));
+}
+
 void FleetLink::Claim(const v1::Key& key, absl::string_view holder,
-                      absl::Duration ttl, ClaimDone done) {
+                      absl::Duration ttl, ClaimKind kind, absl::Time deadline,
+                      ClaimDone done) {
   // A HIT is answered here (it stays a HIT but for a deletion); anything
   // else may be granted by the time it is decided (a PENDING or BACKOFF key
   // lapses to MISS), so while the link is up it is decided on the claim
@@ -224,47 +234,79 @@ void FleetLink::Claim(const v1::Key& key, absl::string_view holder,
   {
     absl::MutexLock lock(&mu_);
     if (!hit && schema_ok_ && !stopping_ && claims_ != nullptr) {
-      claims_->Submit([this, key, holder = std::string(holder), ttl,
-                       done = std::move(done)] {
+      claims_->Submit([this, key, holder = std::string(holder), ttl, kind,
+                       deadline, done = std::move(done)] {
         bool stopping;
         {
           absl::MutexLock lock(&mu_);
           stopping = stopping_;
         }
-        done(ClaimOnce(key, holder, ttl, !stopping));
+        // Queued behind slow fleet claims past its caller's deadline: the
+        // caller is gone, so nothing is granted to it.
+        if (absl::Now() >= deadline) {
+          done(TooLate(key));
+          return;
+        }
+        done(ClaimOnce(key, holder, ttl, kind, deadline, !stopping));
       });
       return;
     }
   }
-  done(ClaimOnce(key, holder, ttl, /*ask_fleet=*/false));
+  done(ClaimOnce(key, holder, ttl, kind, deadline, /*ask_fleet=*/false));
 }
 
-absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
-                                                       absl::string_view holder,
-                                                       absl::Duration ttl,
-                                                       bool ask_fleet) {
+absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(
+    const v1::Key& key, absl::string_view holder, absl::Duration ttl,
+    ClaimKind kind, absl::Time deadline, bool ask_fleet) {
   const v1::KeyStatus local = arbiter_->Lookup(key);
   if (local.state() == v1::KEY_STATE_HIT ||
       local.state() == v1::KEY_STATE_PENDING ||
       local.state() == v1::KEY_STATE_BACKOFF) {
-    return arbiter_->Claim(key, holder, ttl);  // no grant possible
+    return arbiter_->Claim(key, holder, ttl, kind);  // no grant possible
   }
   const std::string key_id = KeyId(key);
   absl::StatusOr<FleetConnection::ClaimResult> fleet =
       absl::UnavailableError("not connected");
   if (ask_fleet) {
     absl::MutexLock lock(&claim_mu_);
-    if (claim_conn_ != nullptr) {
+    const absl::Time now = clock_->Now();
+    if (claim_conn_ != nullptr && now >= claims_local_until_) {
       fleet = claim_conn_->Claim(fingerprint_, key_id, key.candidate_set(), me_,
                                  options_.lease_ttl);
-      if (!fleet.ok() && !claim_conn_->ok()) claim_conn_.reset();
+      if (fleet.ok()) {
+        claims_backoff_ = options_.retry_min;
+      } else {
+        // A lock, a stopped or slow server: the claim connection is dropped
+        // (the keeper reconnects) and fleet claims pause for a backoff, so
+        // the Claims behind this one are decided locally at once instead of
+        // each waiting claim_timeout.
+        claims_local_until_ = clock_->Now() + claims_backoff_;
+        spdlog::warn(
+            "fleet: a fleet claim failed ({}): claims are local-only for {}",
+            std::string(fleet.status().message()),
+            absl::FormatDuration(claims_backoff_));
+        claims_backoff_ = std::min(claims_backoff_ * 2, options_.retry_max);
+        claim_conn_.reset();
+      }
     }
+  }
+  if (absl::Now() >= deadline) {
+    // Decided too late for its caller: no grant, and a fleet claim taken for
+    // it goes back at once rather than at the end of its lease.
+    if (fleet.ok() &&
+        fleet->outcome == FleetConnection::ClaimResult::kGranted) {
+      absl::MutexLock lock(&claim_mu_);
+      if (claim_conn_ != nullptr) {
+        (void)claim_conn_->Release(fingerprint_, key_id, fleet->fence);
+      }
+    }
+    return TooLate(key);
   }
   if (!fleet.ok()) {
     local_only_claims_.fetch_add(1);
     spdlog::debug("fleet: claim of {} taken locally only: {}", KeyText(key),
                   std::string(fleet.status().message()));
-    return arbiter_->Claim(key, holder, ttl);
+    return arbiter_->Claim(key, holder, ttl, kind);
   }
   switch (fleet->outcome) {
     case FleetConnection::ClaimResult::kCanonical: {
@@ -272,7 +314,7 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
         spdlog::warn("fleet: cannot adopt the fleet's entry for {}: {}",
                      KeyText(key), std::string(s.message()));
       }
-      return arbiter_->Claim(key, holder, ttl);
+      return arbiter_->Claim(key, holder, ttl, kind);
     }
     case FleetConnection::ClaimResult::kHeld: {
       spdlog::debug("fleet: {} is held by {} for {}", KeyText(key),
@@ -281,8 +323,8 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
       const absl::Duration proxy_ttl =
           std::clamp(fleet->remaining + absl::Milliseconds(100),
                      absl::Milliseconds(200), options_.lease_ttl * 2);
-      absl::StatusOr<v1::ClaimResponse> proxy =
-          arbiter_->Claim(key, HolderText(*fleet), proxy_ttl);
+      absl::StatusOr<v1::ClaimResponse> proxy = arbiter_->Claim(
+          key, HolderText(*fleet), proxy_ttl, ClaimKind::kStandIn);
       if (!proxy.ok()) return proxy;
       if (proxy->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
         proxy->set_outcome(v1::CLAIM_OUTCOME_PENDING);
@@ -296,7 +338,7 @@ absl::StatusOr<v1::ClaimResponse> FleetLink::ClaimOnce(const v1::Key& key,
   }
   spdlog::debug("fleet: took fleet claim {} on {}", fleet->fence, KeyText(key));
   absl::StatusOr<v1::ClaimResponse> response =
-      arbiter_->Claim(key, holder, ttl);
+      arbiter_->Claim(key, holder, ttl, kind);
   if (response.ok() && response->outcome() == v1::CLAIM_OUTCOME_GRANTED) {
     absl::MutexLock lock(&mu_);
     held_[key_id] =
@@ -335,7 +377,8 @@ void FleetLink::KeeperLoop() {
       if (!schema_ok) claim_conn_.reset();
     }
     if (schema_ok && !have_conn) {
-      absl::StatusOr<std::unique_ptr<FleetConnection>> c = Connect();
+      absl::StatusOr<std::unique_ptr<FleetConnection>> c =
+          Connect(options_.claim_timeout);
       if (c.ok()) {
         absl::MutexLock lock(&claim_mu_);
         claim_conn_ = std::move(*c);
@@ -380,19 +423,35 @@ void FleetLink::KeeperLoop() {
         if (!renewed.ok() && !claim_conn_->ok()) claim_conn_.reset();
       }
       if (!renewed.ok()) continue;  // retried next round
-      absl::MutexLock lock(&mu_);
-      auto it = held_.find(key_id);
-      if (it == held_.end() || it->second.fence != h.fence) continue;
-      if (*renewed) {
-        it->second.renewed_at = now;
-      } else if (mine) {
-        spdlog::warn(
-            "fleet: lost fleet claim {} on {} (its lease lapsed and another "
-            "daemon took it): the fleet will refuse this daemon's result",
-            h.fence, KeyText(h.key));
-        it->second.lost = true;
-      } else {
-        held_.erase(it);
+      bool lost = false;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = held_.find(key_id);
+        if (it == held_.end() || it->second.fence != h.fence) continue;
+        if (*renewed) {
+          it->second.renewed_at = now;
+        } else if (mine) {
+          spdlog::warn(
+              "fleet: lost fleet claim {} on {} (its lease lapsed and another "
+              "daemon took it): the fleet will refuse this daemon's result",
+              h.fence, KeyText(h.key));
+          it->second.lost = true;
+          lost = true;
+        } else {
+          held_.erase(it);
+        }
+      }
+      // A client's Record would be acknowledged and then replaced by the
+      // fleet's entry: its claim ends here, and its Record is refused with
+      // the reason (Arbiter::Fence; outside mu_: watchers are woken).
+      if (lost &&
+          arbiter_->Fence(h.local_claim_id,
+                          absl::StrCat("its fleet claim ", h.fence,
+                                       " was lost (the lease lapsed and "
+                                       "another daemon took the key over): "
+                                       "the fleet would refuse this result"))) {
+        spdlog::warn("fleet: claim {} on {} fenced: its Record is refused",
+                     h.local_claim_id, KeyText(h.key));
       }
     }
   }
@@ -668,7 +727,8 @@ void FleetLink::PublisherLoop() {
       return true;
     };
     if (conn == nullptr || !conn->ok()) {
-      absl::StatusOr<std::unique_ptr<FleetConnection>> c = Connect();
+      absl::StatusOr<std::unique_ptr<FleetConnection>> c =
+          Connect(options_.statement_timeout);
       if (!c.ok()) {
         if (!back_off()) return;
         continue;
@@ -868,6 +928,9 @@ absl::Status FleetLink::Adopt(const std::vector<FleetConnection::FeedRow>& rows,
   }
   adopted_.fetch_add(entries.size());
   absl::MutexLock lock(&mu_);
+  // Keys waited on another daemon for: the entry came (Install ended their
+  // stand-ins too).
+  for (const v1::Entry& entry : entries) waited_.erase(KeyId(entry.key()));
   if (feed_seq != 0) feed_seq_ = std::max(feed_seq_, feed_seq);
   if (!entries.empty() && lag != absl::ZeroDuration()) feed_lag_ = lag;
   return absl::OkStatus();
@@ -922,7 +985,8 @@ void FleetLink::FollowerLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    absl::StatusOr<std::unique_ptr<FleetConnection>> conn = Connect();
+    absl::StatusOr<std::unique_ptr<FleetConnection>> conn =
+        Connect(options_.statement_timeout);
     absl::Status s = conn.status();
     if (s.ok()) {
       absl::StatusOr<std::string> fleet_id = (*conn)->PrepareSchema();
@@ -950,7 +1014,8 @@ void FleetLink::FollowerLoop() {
       if (s.ok()) s = (*conn)->Listen(fingerprint_);
       if (s.ok()) {
         // Claims work from the moment the link says it is connected.
-        absl::StatusOr<std::unique_ptr<FleetConnection>> claims = Connect();
+        absl::StatusOr<std::unique_ptr<FleetConnection>> claims =
+            Connect(options_.claim_timeout);
         s = claims.status();
         if (s.ok()) {
           absl::MutexLock lock(&claim_mu_);

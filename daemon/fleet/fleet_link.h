@@ -72,6 +72,11 @@ struct FleetOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // Bound on every PostgreSQL statement.
   absl::Duration statement_timeout = absl::Seconds(5);
+  // Bound on a fleet claim's round trip (the claim connection's statement
+  // timeout, and how long its answer is waited for): under the client
+  // library's default deadline (2 s), so that a slow or stopped PostgreSQL
+  // turns into local claims before clients give up.
+  absl::Duration claim_timeout = absl::Seconds(1);
   // Records the outbox holds at most (one per key); beyond, a Record is
   // kept locally only (counted in FleetStatus.outbox_overflow).
   uint64_t outbox_limit = 100000;
@@ -103,7 +108,7 @@ class FleetLink final : public FleetHooks {
 
   // FleetHooks.
   void Claim(const v1::Key& key, absl::string_view holder, absl::Duration ttl,
-             ClaimDone done) override;
+             ClaimKind kind, absl::Time deadline, ClaimDone done) override;
   absl::Status PersistRecord(const v1::Entry& entry) override;
   void RecordCommitted(const v1::Key& key) override;
   absl::Status Import(const std::vector<v1::Entry>& entries) override;
@@ -136,10 +141,10 @@ class FleetLink final : public FleetHooks {
   // callers that both found a key free locally never both go to the fleet,
   // where the second would take the claim over from the first); without,
   // from the arbiter alone.
-  absl::StatusOr<v1::ClaimResponse> ClaimOnce(const v1::Key& key,
-                                              absl::string_view holder,
-                                              absl::Duration ttl,
-                                              bool ask_fleet);
+  // No grant once `deadline` (the caller's) has passed: DEADLINE_EXCEEDED.
+  absl::StatusOr<v1::ClaimResponse> ClaimOnce(
+      const v1::Key& key, absl::string_view holder, absl::Duration ttl,
+      ClaimKind kind, absl::Time deadline, bool ask_fleet);
   void FollowerLoop();
   void PublisherLoop();
   void KeeperLoop();
@@ -148,7 +153,9 @@ class FleetLink final : public FleetHooks {
   // Records the link's state; logs when it changes.
   void SetConnected(bool connected, const std::string& error)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::unique_ptr<FleetConnection>> Connect();
+  // A new connection whose statements are bounded by `statement_timeout`.
+  absl::StatusOr<std::unique_ptr<FleetConnection>> Connect(
+      absl::Duration statement_timeout);
   // One pass over the feed from the last adopted position: true when rows
   // were adopted and more may follow.
   absl::StatusOr<bool> FollowOnce(FleetConnection& conn);
@@ -222,6 +229,11 @@ class FleetLink final : public FleetHooks {
   // The connection Claim and the keeper share; null while unreachable.
   absl::Mutex claim_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::unique_ptr<FleetConnection> claim_conn_ ABSL_GUARDED_BY(claim_mu_);
+  // After a fleet claim failed: Claims are decided locally until then; the
+  // pause doubles (retry_min..retry_max) while fleet claims keep failing.
+  absl::Time claims_local_until_ ABSL_GUARDED_BY(claim_mu_) =
+      absl::InfinitePast();
+  absl::Duration claims_backoff_ ABSL_GUARDED_BY(claim_mu_);
 
   std::atomic<uint64_t> outbox_overflow_{0};
   std::atomic<uint64_t> published_{0};

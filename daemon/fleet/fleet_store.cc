@@ -1,9 +1,12 @@
 #include "daemon/fleet/fleet_store.h"
 
+#include <libpq-events.h>
 #include <libpq-fe.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <utility>
 
@@ -14,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 namespace gputune::fleet {
 namespace {
@@ -159,8 +163,43 @@ std::string Trim(const char* message) {
   return out;
 }
 
-absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
-                            const std::vector<Param>& params = {}) {
+// The libpq event procedure under which a connection keeps how long Exec
+// waits for its answers (PQinstanceData: an absl::Duration owned by the
+// FleetConnection). It has nothing to do on libpq's events.
+int AnswerBoundProc(PGEventId, void*, void*) { return 1; }
+
+// How long Exec waits for PostgreSQL's answer on `conn`; infinite for a
+// connection Connect did not make.
+absl::Duration AnswerBound(PGconn* conn) {
+  const void* bound = PQinstanceData(conn, AnswerBoundProc);
+  return bound == nullptr ? absl::InfiniteDuration()
+                          : *static_cast<const absl::Duration*>(bound);
+}
+
+// Waits until `conn`'s socket is ready for `events` or `give_up` passes;
+// false on the latter (or a poll error).
+bool WaitSocket(PGconn* conn, short events, absl::Time give_up) {
+  while (true) {
+    const absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd fd = {PQsocket(conn), events, 0};
+    const int n =
+        poll(&fd, 1,
+             left == absl::InfiniteDuration()
+                 ? -1
+                 : static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+}
+
+// Sends `sql` and collects its result as PQexec would (the first error, or
+// else the last result), but waits for the server at most AnswerBound(conn):
+// statement_timeout is enforced by the server, and a server that is stopped
+// or behind a stalled network never sends it. Past the bound the socket is
+// shut down, so the connection is broken (ok() false) and gets replaced.
+PGresult* ExecBounded(PGconn* conn, const char* sql,
+                      const std::vector<Param>& params, bool* timed_out) {
   std::vector<const char*> values;
   std::vector<int> lengths;
   std::vector<int> formats;
@@ -171,11 +210,57 @@ absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
   }
   // Without parameters, the simple protocol: a migration is several
   // statements.
-  Result r(params.empty()
-               ? PQexec(conn, sql)
-               : PQexecParams(conn, sql, static_cast<int>(params.size()),
-                              nullptr, values.data(), lengths.data(),
-                              formats.data(), 0));
+  const int sent =
+      params.empty() ? PQsendQuery(conn, sql)
+                     : PQsendQueryParams(
+                           conn, sql, static_cast<int>(params.size()), nullptr,
+                           values.data(), lengths.data(), formats.data(), 0);
+  if (!sent) return nullptr;
+  const absl::Time give_up = absl::Now() + AnswerBound(conn);
+  auto abandon = [&] {
+    *timed_out = true;
+    shutdown(PQsocket(conn), SHUT_RDWR);
+    while (PGresult* r = PQgetResult(conn)) PQclear(r);
+    return nullptr;
+  };
+  int flushed;
+  while ((flushed = PQflush(conn)) == 1) {
+    if (!WaitSocket(conn, POLLIN | POLLOUT, give_up)) return abandon();
+    if (!PQconsumeInput(conn)) break;
+  }
+  PGresult* kept = nullptr;
+  while (true) {
+    while (PQisBusy(conn)) {
+      if (!WaitSocket(conn, POLLIN, give_up)) {
+        PQclear(kept);
+        return abandon();
+      }
+      if (!PQconsumeInput(conn)) break;
+    }
+    PGresult* r = PQgetResult(conn);
+    if (r == nullptr) break;
+    if (kept != nullptr && PQresultStatus(kept) == PGRES_FATAL_ERROR) {
+      PQclear(r);
+    } else {
+      PQclear(kept);
+      kept = r;
+    }
+    if (PQstatus(conn) == CONNECTION_BAD) break;
+  }
+  return kept;
+}
+
+absl::StatusOr<Result> Exec(PGconn* conn, const char* sql,
+                            const std::vector<Param>& params = {}) {
+  bool timed_out = false;
+  Result r(ExecBounded(conn, sql, params, &timed_out));
+  if (timed_out) {
+    return absl::UnavailableError(absl::StrCat(
+        "no answer from PostgreSQL within ",
+        absl::FormatDuration(AnswerBound(conn)),
+        " (a stopped server or a stalled network): the fleet connection is "
+        "dropped"));
+  }
   const ExecStatusType st = PQresultStatus(r.get());
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
   const std::string message =
@@ -496,6 +581,15 @@ absl::StatusOr<std::unique_ptr<FleetConnection>> FleetConnection::Connect(
           " (check the password in --fleet, PGPASSFILE or ~/.pgpass)"));
     }
     return absl::UnavailableError(message);
+  }
+  // The server's statement timeout plus a quarter (at most 1 s) for the
+  // answer to arrive; beyond, Exec gives the connection up.
+  c->answer_bound_ =
+      statement_timeout + std::min(statement_timeout / 4, absl::Seconds(1));
+  if (!PQregisterEventProc(conn, AnswerBoundProc, "gputune-answer-bound",
+                           nullptr) ||
+      !PQsetInstanceData(conn, AnswerBoundProc, &c->answer_bound_)) {
+    return absl::ResourceExhaustedError("cannot set up the fleet connection");
   }
   if (auto r = Exec(
           conn, absl::StrCat("SET statement_timeout = ", Ms(statement_timeout))

@@ -91,7 +91,10 @@ std::string RedactConnInfo(const std::string& conninfo);
 class FleetConnection {
  public:
   // Connects (libpq conninfo or postgresql:// URI; connect_timeout defaults
-  // to 5 s unless the string sets it) and sets statement_timeout. The error
+  // to 5 s unless the string sets it) and sets statement_timeout. Every
+  // answer is waited for at most statement_timeout plus a quarter of it (at
+  // most 1 s more): past that the connection is broken (UNAVAILABLE, ok()
+  // false), as for a server that stopped or a network that stalls. The error
   // carries libpq's message (unknown host, refused, bad password, ...):
   // UNAVAILABLE when the server may come back, UNAUTHENTICATED for a
   // refused password, INVALID_ARGUMENT for a malformed string.
@@ -217,6 +220,10 @@ class FleetConnection {
  private:
   explicit FleetConnection(PGconn* conn) : conn_(conn) {}
   PGconn* conn_;
+  // How long a statement's answer is waited for (Connect: the statement
+  // timeout plus a margin); past it the connection is given up, so that a
+  // stopped or unreachable server cannot hold a caller.
+  absl::Duration answer_bound_ = absl::InfiniteDuration();
 };
 
 }  // namespace gputune::fleet

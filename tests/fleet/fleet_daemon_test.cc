@@ -1,6 +1,11 @@
 // The fleet tier end to end: real gputuned processes (host backend: the same
 // fingerprint in every process of this machine) sharing a real PostgreSQL.
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/gputunectl/commands.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -798,6 +804,438 @@ TEST_CASE(
 
   CHECK(testing::Promtool(a.dir(), MetricsText(a)) == "");
   CHECK(testing::Promtool(b.dir(), MetricsText(b)) == "");
+}
+
+namespace {
+
+// A Claim by a client of `d`; the answer.
+v1::ClaimResponse ClaimKey(const DaemonProcess& d, const v1::Key& key,
+                           const std::string& holder = "fleet-test-client") {
+  v1::ClaimRequest req;
+  *req.mutable_key() = key;
+  req.set_holder(holder);
+  v1::ClaimResponse resp;
+  const grpc::Status s = d.Stub()->Claim(Ctx().get(), req, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return resp;
+}
+
+// A client's Record of `claim_id` with `kernel` chosen.
+grpc::Status RecordClaim(const DaemonProcess& d, uint64_t claim_id,
+                         const std::string& kernel) {
+  v1::RecordRequest req;
+  req.set_claim_id(claim_id);
+  req.mutable_execution()->set_kernel(kernel);
+  v1::RecordResponse resp;
+  return d.Stub()->Record(Ctx().get(), req, &resp);
+}
+
+grpc::Status RenewClaim(const DaemonProcess& d, uint64_t claim_id) {
+  v1::RenewRequest req;
+  req.set_claim_id(claim_id);
+  v1::RenewResponse resp;
+  return d.Stub()->Renew(Ctx().get(), req, &resp);
+}
+
+grpc::Status AbandonClaim(const DaemonProcess& d, uint64_t claim_id) {
+  v1::AbandonRequest req;
+  req.set_claim_id(claim_id);
+  v1::AbandonResponse resp;
+  return d.Stub()->Abandon(Ctx().get(), req, &resp);
+}
+
+// FleetFlags with the fleet lease set to `lease`.
+std::vector<std::string> FleetFlagsWithLease(const std::string& conninfo,
+                                             const std::string& lease) {
+  std::vector<std::string> flags = FleetFlags(conninfo);
+  for (std::string& f : flags) {
+    if (f.rfind("--fleet_lease_ttl=", 0) == 0) f = "--fleet_lease_ttl=" + lease;
+  }
+  return flags;
+}
+
+}  // namespace
+
+// Two daemons with long fleet leases (a stand-in would outlive the test's
+// checks), a's client holding the fleet claim on `key` and b's Claim
+// answered PENDING with a stand-in: `auto& [pg, a, b, held, pending]`.
+struct StandIn {
+  StandIn(const std::string& db, const v1::Key& key)
+      : conninfo(pg.CreateDatabase(db)),
+        a(FleetFlagsWithLease(conninfo, "10s")),
+        b(FleetFlagsWithLease(conninfo, "10s")) {
+    REQUIRE(WaitUntil([&] { return Connected(a) && Connected(b); }));
+    held = ClaimKey(a, key);
+    REQUIRE(held.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+    pending = ClaimKey(b, key, "another-client");
+    REQUIRE(pending.outcome() == v1::CLAIM_OUTCOME_PENDING);
+    REQUIRE(pending.claim().holder().rfind("fleet: ", 0) == 0);
+    REQUIRE(pending.claim().claim_id() != 0);
+    REQUIRE(Status(b).claims_size() == 1);
+  }
+  // a's client records `kernel`; b adopts the entry.
+  void HolderRecords(const v1::Key& key, const std::string& kernel) {
+    REQUIRE(RecordClaim(a, held.claim().claim_id(), kernel).ok());
+    REQUIRE(WaitUntil(
+        [&] { return Lookup(b, key).state() == v1::KEY_STATE_HIT; }, 8));
+  }
+  PostgresServer pg;
+  std::string conninfo;
+  DaemonProcess a;
+  DaemonProcess b;
+  v1::ClaimResponse held;
+  v1::ClaimResponse pending;
+};
+
+TEST_CASE(
+    "a fleet stand-in claim is never a grant: Renew, Record and Abandon of it "
+    "are refused, naming the holder") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  const v1::Key key = DenseKey(8, 128, 128);
+  StandIn fleet("standin", key);
+  const std::string holder = fleet.pending.claim().holder();
+  const uint64_t stand_in = fleet.pending.claim().claim_id();
+  for (const grpc::Status& s : {RenewClaim(fleet.b, stand_in),
+                                RecordClaim(fleet.b, stand_in, "k.forged"),
+                                AbandonClaim(fleet.b, stand_in)}) {
+    INFO(s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find(holder) != std::string::npos);
+  }
+  CHECK(Lookup(fleet.b, key).state() == v1::KEY_STATE_PENDING);
+  // The holder records: its entry, not a forged one, is what b serves.
+  fleet.HolderRecords(key, "k.real");
+  CHECK(GetEntry(fleet.b, key).execution().kernel() == "k.real");
+  CHECK(GetEntry(fleet.b, key).source() == v1::SOURCE_FLEET);
+  CHECK(fleet.pg.QueryNumber("standin", "SELECT count(*) FROM fleet_entries") ==
+        1);
+}
+
+TEST_CASE(
+    "a fleet stand-in claim ends as soon as the entry it stood for is "
+    "adopted, not at the end of the holder's lease") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  const v1::Key key = DenseKey(8, 128, 128);
+  StandIn fleet("adopted", key);
+  fleet.HolderRecords(key, "k.real");
+  const v1::GetStatusResponse after = Status(fleet.b);
+  CHECK(after.claims_size() == 0);
+  CHECK(after.fleet().claims_waited() == 0);
+  // What gputunectl status shows: no live claim, none held by "fleet: ...".
+  std::ostringstream out;
+  std::ostringstream err;
+  REQUIRE(ctl::Main({"--endpoint=" + fleet.b.endpoint(), "status"}, out, err) ==
+          0);
+  INFO(out.str());
+  CHECK(out.str().find("fleet: ") == std::string::npos);
+}
+
+TEST_CASE(
+    "a client claim whose fleet claim was lost is fenced: its Record is "
+    "refused with the reason, and claiming the key again finds the new "
+    "holder") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  FleetPair fleet("fenced");
+  auto& [pg, conninfo, a, b] = fleet;
+  const v1::Key key = DenseKey(9, 128, 128);
+  const v1::ClaimResponse granted = ClaimKey(a, key);
+  REQUIRE(granted.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  const uint64_t id = granted.claim().claim_id();
+  const std::string a_instance = Status(a).fleet().instance();
+  REQUIRE(pg.QueryNumber(
+              "fenced", "SELECT count(*) FROM fleet_claims WHERE instance = '" +
+                            a_instance + "' AND NOT released") == 1);
+  REQUIRE(kill(a.pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // > lease
+  // b's client takes the key over and holds it.
+  const v1::ClaimResponse taken = ClaimKey(b, key, "new-holder");
+  REQUIRE(taken.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  REQUIRE(kill(a.pid(), SIGCONT) == 0);
+  REQUIRE(WaitUntil(
+      [&] { return a.Log().find("lost fleet claim") != std::string::npos; }));
+  // Once a knows, its client's Record is refused, saying why; not
+  // acknowledged and replaced by the fleet's entry a moment later.
+  const grpc::Status recorded = RecordClaim(a, id, "k.stale");
+  INFO(recorded.error_message());
+  CHECK(recorded.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(recorded.error_message().find("lost") != std::string::npos);
+  CHECK(RenewClaim(a, id).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(Lookup(a, key).state() != v1::KEY_STATE_HIT);
+  // The client claims again: the fleet says who holds the key now.
+  const v1::ClaimResponse again = ClaimKey(a, key);
+  CHECK(again.outcome() == v1::CLAIM_OUTCOME_PENDING);
+  CHECK(again.claim().holder().rfind("fleet: ", 0) == 0);
+  // The new holder's result is the one every daemon serves.
+  REQUIRE(RecordClaim(b, taken.claim().claim_id(), "k.new").ok());
+  REQUIRE(WaitUntil([&] {
+    return Lookup(a, key).state() == v1::KEY_STATE_HIT &&
+           Lookup(a, key).entry().execution().kernel() == "k.new";
+  }));
+  CHECK(pg.QueryNumber("fenced", "SELECT count(*) FROM fleet_entries") == 1);
+}
+
+namespace {
+
+// What ClaimsUnder saw: answers by status code and outcome, and when the
+// last one came.
+struct ClaimAnswers {
+  int granted = 0;
+  int deadline_exceeded = 0;
+  int other = 0;
+  std::vector<std::string> errors;
+};
+
+// Claims `keys` on `d` at once, one thread each, each with a deadline of
+// `deadline_ms` (the client library's default is 2 s, ClientOptions).
+ClaimAnswers ClaimsUnder(const DaemonProcess& d,
+                         const std::vector<v1::Key>& keys, int deadline_ms) {
+  absl::Mutex mu;
+  ClaimAnswers answers;
+  std::vector<std::thread> threads;
+  for (const v1::Key& key : keys) {
+    threads.emplace_back([&, key] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(deadline_ms));
+      v1::ClaimRequest req;
+      *req.mutable_key() = key;
+      req.set_holder("slow-fleet-client");
+      v1::ClaimResponse resp;
+      const grpc::Status s = d.Stub()->Claim(&ctx, req, &resp);
+      absl::MutexLock lock(&mu);
+      if (s.ok() && resp.outcome() == v1::CLAIM_OUTCOME_GRANTED) {
+        ++answers.granted;
+      } else if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        ++answers.deadline_exceeded;
+      } else {
+        ++answers.other;
+        answers.errors.push_back(s.error_message());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return answers;
+}
+
+// Whether `d` lists a live claim on `key`.
+bool HasClaim(const DaemonProcess& d, const v1::Key& key) {
+  const v1::GetStatusResponse status = Status(d);
+  for (const v1::Key& k : status.claim_keys()) {
+    if (Bytes(k) == Bytes(key)) return true;
+  }
+  return false;
+}
+
+// One fleet claim whose caller gives up (300 ms) while PostgreSQL does not
+// answer, then 9 concurrent Claims with the client library's default
+// deadline: the first is never granted (not even later), the 9 are decided
+// locally in time. `stall` makes PostgreSQL slow; `unstall` undoes it.
+void ClaimsWhilePostgresStalls(PostgresServer& pg, const std::string& db,
+                               const std::string& conninfo,
+                               const std::function<void()>& stall,
+                               const std::function<void()>& unstall) {
+  DaemonProcess a(FleetFlags(conninfo));
+  REQUIRE(WaitUntil([&] { return Connected(a); }));
+  const v1::Key given_up = DenseKey(20, 64, 64);
+  std::vector<v1::Key> keys;
+  for (int i = 0; i < 9; ++i) keys.push_back(DenseKey(21 + i, 64, 64));
+  stall();
+  const auto start = Steady::now();
+  const ClaimAnswers first = ClaimsUnder(a, {given_up}, 300);
+  CHECK(first.deadline_exceeded == 1);
+  const ClaimAnswers nine = ClaimsUnder(a, keys, 2000);
+  INFO("other errors: " << (nine.errors.empty() ? "" : nine.errors.front()));
+  CHECK(nine.granted == 9);
+  // Long after any bound on the fleet claim (the statement timeout is 5 s),
+  // the Claim whose caller gave up still holds nothing.
+  std::this_thread::sleep_until(start + std::chrono::seconds(7));
+  CHECK_FALSE(HasClaim(a, given_up));
+  CHECK(Status(a).claims_size() == 9);
+  CHECK(Status(a).fleet().local_only_claims() >= 9);
+  unstall();
+  REQUIRE(WaitUntil([&] { return Connected(a); }));
+  // The link comes back: fleet claims again (a new key each try: a key
+  // granted locally meanwhile stays claimed).
+  uint32_t next = 40;
+  REQUIRE(WaitUntil(
+      [&] {
+        return ClaimKey(a, DenseKey(next++, 64, 64)).outcome() ==
+                   v1::CLAIM_OUTCOME_GRANTED &&
+               pg.QueryNumber(db,
+                              "SELECT count(*) FROM fleet_claims WHERE "
+                              "NOT released") >= 1;
+      },
+      20));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "while a table lock stalls fleet claims, a Claim whose caller gave up is "
+    "never granted, and Claims are decided locally within a client's default "
+    "deadline") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("locked");
+  PGconn* locker = nullptr;
+  ClaimsWhilePostgresStalls(
+      pg, "locked", conninfo,
+      [&] {
+        locker = PQconnectdb(pg.ConnInfo("locked").c_str());
+        REQUIRE(PQstatus(locker) == CONNECTION_OK);
+        PGresult* r = PQexec(
+            locker, "BEGIN; LOCK TABLE fleet_claims IN ACCESS EXCLUSIVE MODE");
+        INFO(PQerrorMessage(locker));
+        REQUIRE(PQresultStatus(r) == PGRES_COMMAND_OK);
+        PQclear(r);
+      },
+      [&] {
+        PQfinish(locker);  // the lock goes with the session
+        locker = nullptr;
+      });
+  if (locker != nullptr) PQfinish(locker);
+}
+
+namespace {
+
+// A TCP proxy on 127.0.0.1 to PostgreSQL's unix socket that holds every
+// chunk of bytes, either way, for `delay` before passing it on: a network
+// that is slow, not down.
+class DelayProxy {
+ public:
+  explicit DelayProxy(std::string unix_path)
+      : unix_path_(std::move(unix_path)) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
+            0);
+    REQUIRE(listen(listener_, 16) == 0);
+    socklen_t len = sizeof(addr);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    threads_.emplace_back([this] { AcceptLoop(); });
+  }
+  ~DelayProxy() {
+    stop_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    for (std::thread& t : threads_) t.join();
+    close(listener_);
+  }
+  int port() const { return port_; }
+  void set_delay(std::chrono::milliseconds d) { delay_ms_ = d.count(); }
+
+ private:
+  void AcceptLoop() {
+    std::vector<std::thread> pumps;
+    while (!stop_) {
+      pollfd fd = {listener_, POLLIN, 0};
+      if (poll(&fd, 1, 100) <= 0) continue;
+      const int client = accept(listener_, nullptr, nullptr);
+      if (client < 0) continue;
+      const int server = socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s",
+                    unix_path_.c_str());
+      if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
+          0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      // Each pump closes its write side when its read side ends; the last
+      // one of a pair closes both sockets.
+      auto pair = std::make_shared<std::atomic<int>>(2);
+      auto done = [client, server, pair] {
+        if (--*pair == 0) {
+          close(client);
+          close(server);
+        }
+      };
+      pumps.emplace_back([this, client, server, done] {
+        Pump(client, server);
+        done();
+      });
+      pumps.emplace_back([this, client, server, done] {
+        Pump(server, client);
+        done();
+      });
+    }
+    for (std::thread& t : pumps) t.join();
+  }
+  void Pump(int from, int to) {
+    char buf[16384];
+    while (!stop_) {
+      pollfd fd = {from, POLLIN, 0};
+      const int n = poll(&fd, 1, 100);
+      if (n == 0) continue;
+      if (n < 0) break;
+      const ssize_t got = read(from, buf, sizeof(buf));
+      if (got <= 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_.load()));
+      ssize_t sent = 0;
+      while (sent < got) {
+        const ssize_t w = send(to, buf + sent, got - sent, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        sent += w;
+      }
+      if (sent < got) break;
+    }
+    shutdown(to, SHUT_WR);
+    shutdown(from, SHUT_RD);
+  }
+
+  const std::string unix_path_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> delay_ms_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "while PostgreSQL is stopped (SIGSTOP), a Claim whose caller gave up is "
+    "never granted, and Claims are decided locally within a client's default "
+    "deadline") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  const std::string conninfo = pg.CreateDatabase("stopped");
+  bool paused = false;
+  ClaimsWhilePostgresStalls(
+      pg, "stopped", conninfo,
+      [&] {
+        pg.Pause();
+        paused = true;
+      },
+      [&] {
+        pg.Resume();
+        paused = false;
+      });
+  if (paused) pg.Resume();  // a failed REQUIRE above: the server must stop
+}
+
+TEST_CASE(
+    "behind a network that delays every byte by 3 s, a Claim whose caller "
+    "gave up is never granted, and Claims are decided locally within a "
+    "client's default deadline") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  PostgresServer pg;
+  pg.CreateDatabase("slow");
+  DelayProxy proxy(pg.socket_dir() + "/.s.PGSQL.5432");
+  const std::string conninfo =
+      "host=127.0.0.1 port=" + std::to_string(proxy.port()) +
+      " dbname=slow user=postgres password=" + PostgresServer::kPassword;
+  ClaimsWhilePostgresStalls(
+      pg, "slow", conninfo,
+      [&] { proxy.set_delay(std::chrono::milliseconds(3000)); },
+      [&] { proxy.set_delay(std::chrono::milliseconds(0)); });
 }
 
 }  // namespace gputune

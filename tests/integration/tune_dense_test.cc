@@ -585,4 +585,51 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "the daemon's own TuneDense claim is renewed, recorded and abandoned by "
+    "its job alone, not by a peer that read its id from GetStatus") {
+  DaemonProcess d({"--backend=fault", "--tune_budget=10s",
+                   "--fault_candidates=host.naive;fault.slow(sleep_ms=300);"
+                   "fault.slow(sleep_ms=301)"});
+  auto stub = d.Stub();
+  const v1::Key key = DenseKey(3, 64, 64);
+  v1::TuneDenseResponse queued;
+  REQUIRE(Tune(*stub, key, false, &queued).ok());
+  REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
+    return s.claims_size() == 1 && s.claims(0).holder() == "gputuned";
+  }));
+  const uint64_t id = Status(*stub).claims(0).claim_id();
+  // This test runs as the daemon's own user: an operator, refused all the
+  // same.
+  v1::RecordRequest forged;
+  forged.set_claim_id(id);
+  forged.mutable_execution()->set_kernel("host.naive");
+  (*forged.mutable_execution()->mutable_params())["evil"] = 1;
+  v1::RecordResponse recorded;
+  const grpc::Status record = stub->Record(Ctx().get(), forged, &recorded);
+  INFO(record.error_message());
+  CHECK(record.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK(record.error_message().find("TuneDense job") != std::string::npos);
+  v1::RenewRequest renew;
+  renew.set_claim_id(id);
+  v1::RenewResponse renewed;
+  CHECK(stub->Renew(Ctx().get(), renew, &renewed).error_code() ==
+        grpc::StatusCode::PERMISSION_DENIED);
+  v1::AbandonRequest abandon;
+  abandon.set_claim_id(id);
+  v1::AbandonResponse abandoned;
+  CHECK(stub->Abandon(Ctx().get(), abandon, &abandoned).error_code() ==
+        grpc::StatusCode::PERMISSION_DENIED);
+  // The job goes on and records its own measurement.
+  v1::TuneDenseResponse done;
+  REQUIRE(Tune(*stub, key, true, &done).ok());
+  REQUIRE(done.status().state() == v1::KEY_STATE_HIT);
+  CHECK(done.status().entry().execution().params().count("evil") == 0);
+  const v1::Entry entry = GetEntry(*stub, key).entry();
+  CHECK(entry.source() == v1::SOURCE_DAEMON_MEASURED);
+  CHECK(entry.measurements_size() >= 2);
+  CHECK(Status(*stub).jobs_completed() == 1);
+  CHECK(Status(*stub).jobs_failed() == 0);
+}
+
 }  // namespace gputune

@@ -6,6 +6,7 @@
 #include <libpq-fe.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -214,6 +215,40 @@ void PostgresServer::Start() {
     throw std::runtime_error("PostgreSQL did not start:\n" + Log());
   }
   running_ = true;
+}
+
+std::vector<int> PostgresServer::ServerPids() const {
+  std::ifstream pidfile(data_dir_ + "/postmaster.pid");
+  int postmaster = 0;
+  if (!(pidfile >> postmaster) || postmaster <= 0) {
+    throw std::runtime_error("no postmaster.pid in " + data_dir_);
+  }
+  std::vector<int> pids = {postmaster};
+  for (const auto& dir : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = dir.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(dir.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 1));
+    std::string state;
+    int ppid = 0;
+    if (rest >> state >> ppid && ppid == postmaster) {
+      pids.push_back(std::stoi(name));
+    }
+  }
+  return pids;
+}
+
+void PostgresServer::Pause() {
+  for (int pid : ServerPids()) kill(pid, SIGSTOP);
+}
+
+void PostgresServer::Resume() {
+  for (int pid : ServerPids()) kill(pid, SIGCONT);
 }
 
 void PostgresServer::Stop() {

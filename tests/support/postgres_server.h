@@ -51,6 +51,11 @@ class PostgresServer {
   // pg_ctl stop -m fast: sessions are disconnected, the socket disappears.
   void Stop();
   bool running() const { return running_; }
+  // SIGSTOPs the server (the postmaster and every backend): connections stay
+  // open and nothing answers, as with a hung host. Resume SIGCONTs it.
+  // Throws when the server's processes cannot be found.
+  void Pause();
+  void Resume();
 
   // The directory the socket lives in (libpq's `host`).
   const std::string& socket_dir() const { return socket_dir_; }
@@ -85,6 +90,9 @@ class PostgresServer {
   // Runs a PostgreSQL binary as the server's user; returns its exit status.
   int RunAsServerUser(const std::vector<std::string>& argv,
                       const std::string& log) const;
+
+  // The postmaster's pid and its children's (Pause, Resume).
+  std::vector<int> ServerPids() const;
 
   std::string bindir_;
   std::string dir_;  // holds data/, the socket and the logs

@@ -57,7 +57,9 @@ class ClaimGuard {
   // Persists the tuning result (claim_id is filled in) and releases the
   // claim; the key turns HIT and is memoised. FAILED_PRECONDITION when the
   // claim is no longer live (lease expired, superseded, already recorded or
-  // abandoned); INVALID_ARGUMENT names a bad field. On an error other than
+  // abandoned, or fenced because the daemon lost the fleet claim behind it):
+  // the guard then holds nothing and is lost(); Claim the key again (another
+  // daemon may hold it now). INVALID_ARGUMENT names a bad field. On an error other than
   // FAILED_PRECONDITION the guard still holds the claim (retry or abandon).
   absl::StatusOr<v1::Entry> Record(v1::RecordRequest request);
 
