@@ -25,6 +25,7 @@ packages=(
   python3-torch
   # grpcprobe, the grpcurl stand-in the reflection test uses
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  kubectl python3-yaml  # tests only: deploy/kubernetes/ (kubernetes_test.py)
 )
 
 missing=()
