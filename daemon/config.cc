@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "daemon/device_identity.h"
 
 namespace gputune {
 namespace {
@@ -112,6 +113,11 @@ const std::vector<Option>& Options() {
            "./var/gpu<device>.db)",
            &Config::db),
       Text("device", "device ordinal or GPU UUID", &Config::device),
+      Text("device_uuid",
+           "the device UUID to report and link by-uuid/<UUID>.sock as, for "
+           "backends without a GPU (default: host backend HOST-<digest of "
+           "/etc/machine-id and --device>); must match the GPU's with cuda",
+           &Config::device_uuid),
       OneOf("backend",
             "auto | cuda | host | none (cache only) | fault (tests only)",
             &Config::backend, {"auto", "cuda", "host", "none", "fault"}),
@@ -332,6 +338,12 @@ absl::StatusOr<Config> ParseConfig(
         "unix://", std::filesystem::absolute(std::string(socket)).string());
   }
   config.db = std::filesystem::absolute(config.db).string();  // never empty
+  if (!config.device_uuid.empty()) {
+    if (auto s = ValidateDeviceUuid(config.device_uuid, "--device_uuid");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "--tls_cert_file and --tls_key_file go together: give both or "

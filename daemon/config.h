@@ -29,6 +29,12 @@ struct Config {
   std::string db;
   // Device ordinal (or GPU UUID for the CUDA backend).
   std::string device = "0";
+  // The identity reported (GetStatus.device_uuid) and linked as
+  // <socket dir>/by-uuid/<UUID>.sock by a daemon without a GPU (host
+  // backend: default HOST-<digest of the machine id and device>); gives
+  // two host daemons chosen identities in tests. With the CUDA backend it
+  // must be the GPU's own UUID (daemon/device_identity.h).
+  std::string device_uuid;
   // Benchmark backend: auto (cuda when a device is usable, else host), cuda,
   // host, none (serve the cache only), fault (test-only host + injected
   // faulty candidates).

@@ -180,6 +180,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     info.fingerprint.set_backend(choice.name);
     info.fingerprint.set_device_name("unavailable");
   }
+  absl::StatusOr<DeviceIdentity> identity =
+      ChooseIdentity(info.backend, info.fingerprint.device_uuid(),
+                     choice.backend ? choice.backend->PciBusId() : "",
+                     config.device_uuid, config.device, MachineId());
+  if (!identity.ok()) return identity.status();
+  info.device_uuid = identity->uuid;
+  info.pci_bus_id = identity->pci_bus_id;
   d->backend_ = std::move(choice.backend);
 
   d->metrics_ = std::make_unique<DaemonMetrics>(DaemonMetrics::Identity{
@@ -303,6 +310,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     d->listener_ = std::move(*listener);
     d->info_.listen_address = d->listener_->address();
   }
+  // Findable by GPU UUID next to the index name (daemon/device_identity.h);
+  // a daemon that cannot make its link still serves by its socket's name.
+  if (!info.device_uuid.empty() && !socket_path.empty()) {
+    absl::StatusOr<ByUuidLink> link =
+        ByUuidLink::Create(socket_path, info.device_uuid);
+    if (link.ok()) {
+      spdlog::info("device {}{}{}: linked {}", info.device_uuid,
+                   info.pci_bus_id.empty() ? "" : " at PCI ", info.pci_bus_id,
+                   link->path());
+      d->by_uuid_link_.emplace(std::move(*link));
+    } else {
+      spdlog::warn("{}: clients cannot find this daemon by GPU UUID",
+                   link.status().message());
+    }
+  }
   // After the bind: GetStatus reports the address as bound (a TCP port 0
   // becomes the port chosen).
   d->tune_service_ = std::make_unique<TuneServiceImpl>(
@@ -410,7 +432,8 @@ void Daemon::Shutdown() {
   if (server_ && server_->GetHealthCheckService())
     server_->GetHealthCheckService()->SetServingStatus(false);
   if (jobs_) jobs_->Stop();
-  if (revalidator_) revalidator_->Stop();  // its re-tune was answered
+  if (revalidator_) revalidator_->Stop();      // its re-tune was answered
+  if (by_uuid_link_) by_uuid_link_->Remove();  // before the socket goes
   if (listener_) listener_->Stop();  // no new connections; removes the socket
   // Change streams never end by themselves: end them so that the server's
   // shutdown does not wait out its grace for them.

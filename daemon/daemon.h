@@ -20,6 +20,7 @@
 #include "daemon/authority.h"
 #include "daemon/clock.h"
 #include "daemon/config.h"
+#include "daemon/device_identity.h"
 #include "daemon/fleet/fleet_link.h"
 #include "daemon/instance_lock.h"
 #include "daemon/job_queue.h"
@@ -79,6 +80,7 @@ class Daemon {
   PeerTable peers_;
   std::unique_ptr<Authority> authority_;
   std::unique_ptr<Listener> listener_;
+  std::optional<ByUuidLink> by_uuid_link_;  // unix sockets with a known UUID
   RealClock clock_;
   // Before everything that reports into it (destroyed after them).
   std::unique_ptr<DaemonMetrics> metrics_;

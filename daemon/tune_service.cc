@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/device_identity.h"
 #include "daemon/logging.h"
 #include "daemon/metrics.h"
 #include "daemon/page_token.h"
@@ -879,6 +880,8 @@ grpc::ServerUnaryReactor* TuneServiceImpl::GetStatus(
     response->set_backend_error(jobs_->backend_error());
   }
   *response->mutable_fingerprint() = info_.fingerprint;
+  response->set_device_uuid(info_.device_uuid);
+  response->set_pci_bus_id(info_.pci_bus_id);
   response->set_database_path(info_.database_path);
   response->set_database_quarantined_to(info_.database_quarantined_to);
   const storage::QuarantineInfo quarantine = store_->quarantined();
@@ -923,6 +926,15 @@ grpc::ServerUnaryReactor* TuneServiceImpl::TuneDense(
   if (!request->key().has_dense_bf16()) {
     return Done(call, Invalid("key.dense_bf16",
                               "TuneDense benchmarks dense_bf16 keys only"));
+  }
+  if (request->device_uuid().size() > kMaxNameLength) {
+    return Done(
+        call, Invalid("device_uuid", absl::StrCat("at most ", kMaxNameLength,
+                                                  " characters (a GPU UUID)")));
+  }
+  if (auto s = CheckTuneDevice(request->device_uuid(), info_.device_uuid);
+      !s.ok()) {
+    return Done(call, s);
   }
   if (jobs_ == nullptr) {
     return Done(call, absl::FailedPreconditionError(

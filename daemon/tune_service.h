@@ -42,6 +42,9 @@ struct DaemonInfo {
   std::string database_quarantined_to;
   v1::Fingerprint fingerprint;                    // stamped on client Records
   std::optional<std::string> fingerprint_digest;  // nullopt: unknown device
+  // The GPU served (daemon/device_identity.h); empty when unknown.
+  std::string device_uuid;
+  std::string pci_bus_id;
 };
 
 grpc::Status ToGrpc(const absl::Status& status);

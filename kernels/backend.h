@@ -55,6 +55,10 @@ class Backend {
   // The device and software this backend measures on.
   virtual Fingerprint GetFingerprint() const = 0;
 
+  // The device's PCI bus id as nvidia-smi prints it ("00000000:65:00.0");
+  // empty for a backend without one (host).
+  virtual std::string PciBusId() const { return ""; }
+
   // Candidates for the shape, at most max_candidates of them (>= 1). The first
   // is the stable default: what the op runs untuned.
   virtual std::vector<Execution> Candidates(const DenseShape& shape,

@@ -9,7 +9,8 @@ A checked block is a fenced block right after the line `<!-- docs-check -->`
 (both may be indented alike, as in a list item). Its lines starting with `$ `
 are commands; every other line is output, and is regenerated: each command
 runs (bash, in a scratch directory) against a fresh gputuned (--backend=none)
-that holds the entries of tests/docs/entries.jsonl, with the build's
+that holds the entries of tests/docs/entries.jsonl (and is given a GPU
+UUID with --device_uuid), with the build's
 gputunectl and gputuned first on PATH and GPUTUNE_ENDPOINT set to it. Each
 document has a daemon of its own; its blocks run in order against it, so a
 block sees what the blocks above it did. stdout and stderr are shown together; "[exit N]" follows
@@ -348,8 +349,11 @@ def with_daemon(ctl, daemon, stand_in, body):
     env.pop("COLUMNS", None)
     log = open(os.path.join(scratch, "gputuned.log"), "w")
     proc = subprocess.Popen(
+        # An identity, as a GPU's daemon has (GetStatus.device_uuid, the
+        # by-uuid link): --backend=none has none of its own.
         [daemon, "--backend=none", "--listen=unix://" + socket,
-         "--db=" + os.path.join(scratch, "gpu0.db")],
+         "--db=" + os.path.join(scratch, "gpu0.db"),
+         "--device_uuid=GPU-5d1a7c3e-0b2f-4e6a-9c8d-1f2e3a4b5c6d"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(200):

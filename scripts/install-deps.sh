@@ -50,6 +50,7 @@ test_packages=(
   # grpcprobe, the grpcurl stand-in the reflection test uses where it is
   # built (below)
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  kubectl python3-yaml  # tests only: deploy/kubernetes/ (kubernetes_test.py)
 )
 if ((with_tests)); then packages+=("${test_packages[@]}"); fi
 

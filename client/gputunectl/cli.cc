@@ -156,6 +156,12 @@ std::vector<FlagSpec> MakeGlobalFlags() {
        "the daemon of GPU N (unix:///run/gputuned/gpuN.sock); wins over "
        "$GPUTUNE_ENDPOINT",
        {}},
+      {"gpu",
+       "UUID",
+       "the daemon of the GPU with this UUID (GPU-..., as nvidia-smi -L "
+       "prints it: by-uuid/UUID.sock in $GPUTUNE_SOCKET_DIR or "
+       "/run/gputuned); wins over $GPUTUNE_ENDPOINT",
+       {}},
       {"json", "", "protobuf JSON on stdout instead of tables", {}},
       {"timeout",
        "DURATION",
@@ -354,8 +360,8 @@ constexpr char kExitHelp[] =
 constexpr char kEndpointHelp[] =
     "The daemon: --endpoint, else --device=N "
     "(unix:///run/gputuned/gpuN.sock),\n"
-    "else $GPUTUNE_ENDPOINT, else GPU 0's. An explicit flag always wins over\n"
-    "the environment.\n";
+    "else --gpu=UUID (by-uuid/UUID.sock there), else $GPUTUNE_ENDPOINT, else\n"
+    "GPU 0's. An explicit flag always wins over the environment.\n";
 
 }  // namespace
 

@@ -200,18 +200,42 @@ Terminal Terminal::Process() {
 
 absl::StatusOr<Target> ResolveTarget(const CommandLine& cl, const char* env) {
   const std::string endpoint = cl.Get("endpoint");
-  if (!endpoint.empty() && cl.Has("device")) {
+  if (static_cast<int>(!endpoint.empty()) + cl.Has("device") + cl.Has("gpu") >
+      1) {
     return absl::InvalidArgumentError(
-        "--endpoint and --device both name a daemon: give one");
+        "--endpoint, --device and --gpu each name a daemon: give one");
   }
-  if (!endpoint.empty()) return Target{endpoint, "--endpoint"};
+  if (!endpoint.empty()) return Target{endpoint, "--endpoint", ""};
+  if (cl.Has("gpu")) {
+    // By UUID, in $GPUTUNE_SOCKET_DIR or /run/gputuned; NOT_FOUND names
+    // the directory searched.
+    ClientOptions by_uuid;
+    by_uuid.gpu_uuid = cl.Get("gpu");
+    if (by_uuid.gpu_uuid.empty()) {
+      return absl::InvalidArgumentError(
+          "--gpu needs a GPU UUID (--gpu=GPU-8f3c..., as nvidia-smi -L prints "
+          "it)");
+    }
+    absl::StatusOr<DaemonTarget> found =
+        FindDaemon(by_uuid, [](const char* name) -> const char* {
+          // Only the socket directory: --gpu wins over $GPUTUNE_ENDPOINT.
+          return absl::string_view(name) == "GPUTUNE_SOCKET_DIR"
+                     ? std::getenv(name)
+                     : nullptr;
+        });
+    if (!found.ok()) return found.status();
+    return Target{found->endpoint, absl::StrCat("--gpu=", found->gpu_uuid),
+                  found->gpu_uuid};
+  }
   if (cl.Has("device")) {
     absl::StatusOr<int> device = IntFlag(cl, "device", 0);
     if (!device.ok()) return device.status();
-    return Target{DefaultEndpoint(*device), absl::StrCat("--device=", *device)};
+    return Target{DefaultEndpoint(*device), absl::StrCat("--device=", *device),
+                  ""};
   }
-  if (env != nullptr && *env != '\0') return Target{env, "$GPUTUNE_ENDPOINT"};
-  return Target{DefaultEndpoint(0), "the default (GPU 0)"};
+  if (env != nullptr && *env != '\0')
+    return Target{env, "$GPUTUNE_ENDPOINT", ""};
+  return Target{DefaultEndpoint(0), "the default (GPU 0)", ""};
 }
 
 namespace {
@@ -226,7 +250,7 @@ absl::StatusOr<std::string> DescribeDaemon(Context& ctx) {
       "gputuned at ", ctx.client.endpoint(), " (chosen by ",
       ctx.target.chosen_by, "): device ",
       fp.device_name().empty() ? s->backend() : fp.device_name(),
-      fp.device_uuid().empty() ? "" : " " + fp.device_uuid(), ", ",
+      s->device_uuid().empty() ? "" : " " + s->device_uuid(), ", ",
       s->entries(), s->entries() == 1 ? " entry" : " entries");
 }
 
@@ -300,11 +324,14 @@ int Main(const std::vector<std::string>& argv, std::ostream& out,
        {target.status(), timeout.status(), ttl.status()}) {
     if (!s.ok()) {
       err << "gputunectl: " << s.message() << "\n";
-      return kExitUsage;
+      // --gpu naming a GPU no daemon is linked for.
+      return s.code() == absl::StatusCode::kNotFound ? kExitNotFound
+                                                     : kExitUsage;
     }
   }
   // Resolved here, so the library never falls back to the environment.
   options.endpoint = target->endpoint;
+  options.gpu_uuid = target->gpu_uuid;  // TuneDense says which GPU is meant
   options.deadline = *timeout;
   options.lookup_deadline = *timeout;
   options.tune_deadline = *timeout;

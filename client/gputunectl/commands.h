@@ -31,11 +31,14 @@ struct Terminal {
 // The daemon a command line addresses, and why that one.
 struct Target {
   std::string endpoint;   // as ClientOptions::endpoint takes it
-  std::string chosen_by;  // "--endpoint", "--device=1", "$GPUTUNE_ENDPOINT",
-                          // "the default (GPU 0)"
+  std::string chosen_by;  // "--endpoint", "--device=1", "--gpu=GPU-...",
+                          // "$GPUTUNE_ENDPOINT", "the default (GPU 0)"
+  std::string gpu_uuid;   // --gpu's, else empty
 };
-// An explicit --endpoint or --device wins over $GPUTUNE_ENDPOINT (`env` is
-// its value, null when unset); both flags at once are a usage error.
+// An explicit --endpoint, --device (the host's GPU N: gpuN.sock) or --gpu
+// (a GPU UUID: by-uuid/<UUID>.sock in $GPUTUNE_SOCKET_DIR or /run/gputuned;
+// NOT_FOUND when no daemon is linked) wins over $GPUTUNE_ENDPOINT (`env` is
+// its value, null when unset); two flags at once are a usage error.
 absl::StatusOr<Target> ResolveTarget(const CommandLine& cl, const char* env);
 
 struct Context {

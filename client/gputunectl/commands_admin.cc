@@ -36,6 +36,11 @@ int RunStatus(Context& ctx) {
                                       fp.device_name(), fp.processor_count(),
                                       static_cast<double>(fp.memory_bytes()) /
                                           (1ull << 30))});
+  if (!s->device_uuid().empty()) {
+    t.AddRow({"gpu", absl::StrCat(s->device_uuid(),
+                                  s->pci_bus_id().empty() ? "" : " at PCI ",
+                                  s->pci_bus_id())});
+  }
   t.AddRow(
       {"database", absl::StrCat(s->database_path(), ": ", s->entries(),
                                 " entries, ", s->stale_entries(), " stale")});

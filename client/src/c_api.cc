@@ -207,6 +207,9 @@ gputune_code gputune_client_create(const gputune_client_options* options,
     co.breaker_open_time = Ms(o.breaker_open_time_ms);
     co.breaker_max_open_time = Ms(o.breaker_max_open_time_ms);
     co.follow_changes = o.follow_changes != 0;
+    co.gpu_uuid = Str(o.gpu_uuid);
+    co.socket_dir = Str(o.socket_dir);
+    co.nvidia_proc_dir = Str(o.nvidia_proc_dir);
     auto created = gputune::Client::Create(co);
     if (!created.ok()) return Fail(created.status());
     *client = new gputune_client{std::move(*created)};
@@ -218,6 +221,10 @@ void gputune_client_destroy(gputune_client* client) { delete client; }
 
 const char* gputune_client_endpoint(const gputune_client* client) {
   return client != nullptr ? client->client->endpoint().c_str() : "";
+}
+
+const char* gputune_client_gpu_uuid(const gputune_client* client) {
+  return client != nullptr ? client->client->gpu_uuid().c_str() : "";
 }
 
 // --- Keys --------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -299,7 +300,18 @@ absl::StatusOr<v1::AbandonResponse> Client::Impl::Abandon(
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  std::string endpoint = ResolveEndpoint(options);
+  absl::StatusOr<DaemonTarget> target = FindDaemon(options);
+  // With a channel of the caller's, the endpoint only names it.
+  if (!target.ok() && options.channel != nullptr) {
+    target = DaemonTarget{DefaultEndpoint(options.device), "", "channel"};
+  }
+  if (!target.ok()) return target.status();
+  std::string endpoint = target->endpoint;
+  // The GPU meant travels with TuneDense, also to a daemon named by
+  // endpoint when the caller said which GPU it means.
+  ClientOptions resolved = options;
+  if (!target->gpu_uuid.empty()) resolved.gpu_uuid = target->gpu_uuid;
+  resolved.endpoint = endpoint;
   client_internal::Rpc::ChannelFactory factory;
   if (options.channel == nullptr) {
     factory = [endpoint, args = ChannelArgumentsFor(options)] {
@@ -310,7 +322,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   std::shared_ptr<grpc::Channel> channel =
       factory ? factory() : options.channel;
   return std::unique_ptr<Client>(new Client(std::make_shared<Impl>(
-      options, std::move(endpoint), std::move(channel), std::move(factory))));
+      resolved, std::move(endpoint), std::move(channel), std::move(factory))));
 }
 
 Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -318,6 +330,8 @@ Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 const std::string& Client::endpoint() const { return impl_->rpc.endpoint(); }
+
+const std::string& Client::gpu_uuid() const { return impl_->options.gpu_uuid; }
 
 absl::StatusOr<LookupResult> Client::Lookup(const v1::Key& key) {
   bool due = false;
@@ -421,6 +435,7 @@ absl::StatusOr<v1::KeyStatus> Client::TuneDense(const v1::Key& key, bool wait) {
   v1::TuneDenseRequest request;
   *request.mutable_key() = key;
   request.set_wait(wait);
+  request.set_device_uuid(impl_->options.gpu_uuid);
   v1::TuneDenseResponse response;
   const absl::Duration deadline =
       wait ? impl_->options.tune_deadline : impl_->options.deadline;
@@ -430,6 +445,17 @@ absl::StatusOr<v1::KeyStatus> Client::TuneDense(const v1::Key& key, bool wait) {
     // The daemon's messages say what happened; add what to do.
     switch (s.code()) {
       case absl::StatusCode::kFailedPrecondition:
+        if (!request.device_uuid().empty() &&
+            absl::StrContains(s.message(), request.device_uuid())) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              s.message(), " (this client reached ", endpoint(), " for GPU ",
+              request.device_uuid(),
+              ": drop the endpoint or GPUTUNE_ENDPOINT that names another "
+              "GPU's daemon, so that the client finds by-uuid/",
+              request.device_uuid(),
+              ".sock, or set gpu_uuid / device to "
+              "the GPU that daemon serves)"));
+        }
         return absl::FailedPreconditionError(absl::StrCat(
             s.message(),
             " (start gputuned with a benchmark backend, or claim the key and "

@@ -13,14 +13,9 @@ std::string DefaultEndpoint(int device) {
 }
 
 std::string ResolveEndpoint(const ClientOptions& options) {
-  std::string endpoint = options.endpoint;
-  if (endpoint.empty()) {
-    const char* env = std::getenv("GPUTUNE_ENDPOINT");
-    if (env != nullptr) endpoint = env;
-  }
-  if (endpoint.empty()) return DefaultEndpoint(options.device);
-  if (absl::StartsWith(endpoint, "/")) return absl::StrCat("unix://", endpoint);
-  return endpoint;
+  absl::StatusOr<DaemonTarget> target = FindDaemon(options);
+  if (target.ok()) return target->endpoint;
+  return DefaultEndpoint(options.device);
 }
 
 grpc::ChannelArguments ChannelArgumentsFor(const ClientOptions& options) {

@@ -22,6 +22,7 @@
 #include "kernels/cuda/mma_skinny.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/cuda/stream_delay.h"
+#include "proto/device_uuid.h"
 
 namespace gputune::kernels {
 namespace {
@@ -48,14 +49,7 @@ uint64_t AlignUp(uint64_t v) {
 }
 
 std::string FormatUuid(const cudaUUID_t& uuid) {
-  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  char out[64];
-  std::snprintf(out, sizeof(out),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-                "%02x%02x%02x%02x%02x%02x",
-                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
-                b[10], b[11], b[12], b[13], b[14], b[15]);
-  return out;
+  return FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
 }
 
 // 13000 -> "13.0" (cudaDriverGetVersion / cudaRuntimeGetVersion encoding).
@@ -175,6 +169,12 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
   fingerprint_.backend = "cuda";
   fingerprint_.device_name = prop.name;
   fingerprint_.device_uuid = FormatUuid(prop.uuid);
+  // The same digits nvidia-smi and NVML print (an 8-digit domain), so that
+  // the bus id in GetStatus can be compared with theirs as text.
+  char bus_id[32];
+  std::snprintf(bus_id, sizeof(bus_id), "%08X:%02X:%02X.0", prop.pciDomainID,
+                prop.pciBusID, prop.pciDeviceID);
+  pci_bus_id_ = bus_id;
   fingerprint_.compute_capability =
       std::to_string(prop.major) + "." + std::to_string(prop.minor);
   fingerprint_.processor_count =

@@ -202,6 +202,7 @@ class CudaBackend final : public Backend {
   // when an execution cannot run (unknown kernel, bad params, algo check).
   std::string Name() const override { return "cuda"; }
   Fingerprint GetFingerprint() const override { return fingerprint_; }
+  std::string PciBusId() const override { return pci_bus_id_; }
   std::vector<Execution> Candidates(const DenseShape& shape,
                                     int max_candidates) override;
   std::unique_ptr<Workload> Prepare(const DenseShape& shape,
@@ -266,6 +267,7 @@ class CudaBackend final : public Backend {
   int cc_major_ = 0;  // compute capability major: mma_skinny needs 8
   uint64_t l2_bytes_ = 0;
   Fingerprint fingerprint_;
+  std::string pci_bus_id_;  // nvidia-smi's form, "00000000:65:00.0"
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cudaEvent_t start_ = nullptr;

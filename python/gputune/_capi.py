@@ -29,7 +29,7 @@ from ctypes import (
     c_void_p,
 )
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class LibraryNotFound(ImportError):
@@ -82,6 +82,9 @@ class ClientOptions(Structure):
         ("breaker_open_time_ms", c_int64),
         ("breaker_max_open_time_ms", c_int64),
         ("follow_changes", c_int32),
+        ("gpu_uuid", c_char_p),
+        ("socket_dir", c_char_p),
+        ("nvidia_proc_dir", c_char_p),
     ]
 
 
@@ -192,6 +195,7 @@ client_options_init = _fn("gputune_client_options_init", None, POINTER(ClientOpt
 client_create = _fn("gputune_client_create", c_int, POINTER(ClientOptions), POINTER(_P))
 client_destroy = _fn("gputune_client_destroy", None, _P)
 client_endpoint = _fn("gputune_client_endpoint", c_char_p, _P)
+client_gpu_uuid = _fn("gputune_client_gpu_uuid", c_char_p, _P)
 
 key_new = _fn("gputune_key_new", c_int, POINTER(KeyDesc), POINTER(_P))
 key_parse = _fn("gputune_key_parse", c_int, c_char_p, POINTER(_P))

@@ -23,6 +23,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -560,6 +561,36 @@ class Watch:
         self.close()
 
 
+def _device(device: Any) -> Tuple[int, Optional[str]]:
+    """(CUDA device index, GPU UUID or None) from what Client(device=) takes."""
+    if isinstance(device, bool):
+        raise TypeError("device: an int, a torch.device, 'cuda:N' or a GPU UUID")
+    if isinstance(device, int):
+        return device, None
+    if isinstance(device, str):
+        if device.lower().startswith(("gpu-", "mig-", "host-")):
+            return 0, device
+        kind, _, index = device.partition(":")
+        if kind == "cuda" and (index == "" or index.isdigit()):
+            return (_current_cuda_device() if index == "" else int(index)), None
+        raise ValueError(
+            f"device={device!r}: give an index, 'cuda:N', a torch.device or a "
+            "GPU UUID ('GPU-...', as nvidia-smi -L prints it)")
+    kind = getattr(device, "type", None)  # a torch.device, without importing torch
+    if kind == "cuda":
+        index = getattr(device, "index", None)
+        return (_current_cuda_device() if index is None else int(index)), None
+    raise ValueError(
+        f"device={device!r}: gputune tunes CUDA devices; give a cuda "
+        "torch.device, an index or a GPU UUID")
+
+
+def _current_cuda_device() -> int:
+    import torch  # only reached for a device named without an index
+
+    return int(torch.cuda.current_device())
+
+
 class Client:
     """A client of one GPU's gputuned, shared by every thread of a process.
 
@@ -570,15 +601,26 @@ class Client:
         else: run_default()                    # tuning never blocks
 
     endpoint: "unix:///path", "/path" or "host:port"; None: $GPUTUNE_ENDPOINT,
-    else unix:///run/gputuned/gpu<device>.sock. Deadlines are seconds; see
-    gputune/options.h for each setting. Creating a client does no I/O.
+    else the daemon of `device`'s GPU, found by its UUID as
+    <socket_dir>/by-uuid/<UUID>.sock. device: this process's CUDA device, as
+    an int, a torch.device ("cuda:1"; "cuda" is the current device) or
+    "cuda:1", or a GPU UUID ("GPU-8f3c..."); under CUDA_VISIBLE_DEVICES it is
+    the GPU the process computes on, not the host's GPU of that index
+    (gputune::FindDaemon in options.h says how). socket_dir: None:
+    $GPUTUNE_SOCKET_DIR, else /run/gputuned. nvidia_proc_dir (tests): where
+    the driver lists the GPUs, None: /proc/driver/nvidia. Deadlines are
+    seconds; see gputune/options.h for each setting. Creating a client does
+    no I/O but finding the daemon: gputune.NotFound names a GPU with no
+    daemon linked and the directory searched.
     """
 
     def __init__(
         self,
         endpoint: Optional[str] = None,
-        device: int = 0,
+        device: Any = 0,
         *,
+        socket_dir: Optional[str] = None,
+        nvidia_proc_dir: Optional[str] = None,
         lookup_deadline: Optional[float] = None,
         deadline: Optional[float] = None,
         tune_deadline: Optional[float] = None,
@@ -590,7 +632,11 @@ class Client:
         o = _capi.ClientOptions()
         _capi.client_options_init(ctypes.byref(o))
         o.endpoint = _b(endpoint)
-        o.device = device
+        index, uuid = _device(device)
+        o.device = index
+        o.gpu_uuid = _b(uuid)
+        o.socket_dir = _b(socket_dir)
+        o.nvidia_proc_dir = _b(nvidia_proc_dir)
         for name, value in (
             ("lookup_deadline_ms", lookup_deadline),
             ("deadline_ms", deadline),
@@ -612,6 +658,12 @@ class Client:
     @property
     def endpoint(self) -> str:
         return _s(_capi.client_endpoint(self._handle()))
+
+    @property
+    def gpu_uuid(self) -> str:
+        """The GPU this client means ("" when unknown); tune_dense carries it
+        and a daemon serving another GPU refuses it."""
+        return _s(_capi.client_gpu_uuid(self._handle()))
 
     def _handle(self) -> int:
         if not self._h:

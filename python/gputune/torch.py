@@ -47,16 +47,20 @@ class TunedDense:
         tune_misses: bool = False,
         decode_max_tokens: int = 64,
     ) -> None:
+        # One client per CUDA device (Client(device=index): the daemon of
+        # the GPU that device is), unless the caller gave one for all.
         self._client = client
+        self._clients: Dict[int, Optional[Client]] = {}
         self.candidate_set = candidate_set
         self.tune_misses = tune_misses
         self.decode_max_tokens = decode_max_tokens
         self._lock = threading.Lock()
         self._keys: Dict[Tuple[str, int, int, int], Key] = {}
-        self._asked: Set[Key] = set()
+        # Per (device index, key): each GPU's daemon answers for its own.
+        self._asked: Set[Tuple[int, Key]] = set()
         # Keys whose answer was not a HIT (MISS, PENDING, BACKOFF, STALE,
         # stale-but-usable): that answer, returned until the memo has a HIT.
-        self._waiting: Dict[Key, LookupResult] = {}
+        self._waiting: Dict[Tuple[int, Key], LookupResult] = {}
         self._said: Set[str] = set()
         self._local = threading.local()  # .runners: device -> runner or error
 
@@ -67,16 +71,24 @@ class TunedDense:
             self._said.add(why)
             _log.warning("%s", why)
 
-    def client(self) -> Optional[Client]:
-        if self._client is None:
+    def client(self, device: Optional[torch.device] = None) -> Optional[Client]:
+        """The client of `device`'s daemon (None: the current CUDA device):
+        the one given to the constructor, else one per device, made on first
+        use; None when none can be made (the reason is logged once)."""
+        if self._client is not None:
+            return self._client
+        index = _index(device)
+        if index not in self._clients:
             with self._lock:
-                if self._client is None:
+                if index not in self._clients:
                     try:
-                        self._client = Client()
-                    except Error as e:  # bad options: nothing to look up
-                        self._once(f"gputune: no client ({e}); running torch's linear")
-                        return None
-        return self._client
+                        self._clients[index] = Client(device=index)
+                    except Error as e:  # no daemon for that GPU, bad options
+                        self._once(
+                            f"gputune: no client for cuda:{index} ({e}); "
+                            "running torch's linear there")
+                        self._clients[index] = None
+        return self._clients[index]
 
     def key(self, role: str, m: int, k: int, n: int) -> Key:
         cache_key = (role, m, k, n)
@@ -105,9 +117,10 @@ class TunedDense:
         dim but the last), K = w.shape[1], N = w.shape[0]."""
         return self.key(role, *_mkn(x, w))
 
-    def lookup(self, key: Key) -> Optional[LookupResult]:
-        """The key's lookup as dense() does it: None when the daemon cannot
-        answer (the reason is logged once).
+    def lookup(self, key: Key, device: Optional[torch.device] = None) -> Optional[LookupResult]:
+        """The key's lookup as dense() does it, by `device`'s daemon (None:
+        the current CUDA device's): None when the daemon cannot answer (the
+        reason is logged once).
 
         The first lookup of a key asks the daemon; a HIT is memoised, so
         later ones do not leave the process. After any other answer (MISS,
@@ -122,10 +135,11 @@ class TunedDense:
         tune in the background (tune_dense(wait=False)), once per key; its
         answer (PENDING) is what later lookups return until the HIT (the
         first returns the lookup's own answer, MISS)."""
-        client = self.client()
+        client = self.client(device)
         if client is None:
             return None
-        waiting = self._waiting.get(key)
+        slot = (_index(device), key)
+        waiting = self._waiting.get(slot)
         if waiting is not None:
             r = client.try_lookup(key)
             return r if r.hit else waiting
@@ -140,8 +154,8 @@ class TunedDense:
         # A stale-but-usable entry is re-tuned by the daemon itself.
         if self.tune_misses and not r.stale_usable:
             with self._lock:
-                ask = key not in self._asked
-                self._asked.add(key)
+                ask = slot not in self._asked
+                self._asked.add(slot)
             if ask:
                 try:
                     tuning = client.tune_dense(key, wait=False)  # PENDING, or HIT
@@ -151,7 +165,7 @@ class TunedDense:
                 except Error as e:
                     self._once(f"gputune: cannot ask the daemon to tune {key} ({e})")
         with self._lock:
-            self._waiting[key] = waiting
+            self._waiting[slot] = waiting
         return r
 
     # --- the op ----------------------------------------------------------------
@@ -174,7 +188,7 @@ class TunedDense:
             return _linear(x, w, out)
         m, k, n = _mkn(x, w)
         key = self.key(role, m, k, n)
-        r = self.lookup(key)
+        r = self.lookup(key, x.device)
         # A HIT, or a stale-but-usable entry (the runner checks it first).
         hit = r is not None and (r.hit or r.stale_usable)
         y = out if out is not None else torch.empty(
@@ -200,6 +214,14 @@ class TunedDense:
         if run.fell_back:
             self._once(f"gputune: {key}: {run.reason}")
         return y
+
+
+def _index(device: Optional[torch.device]) -> int:
+    """The CUDA device index of `device` (None, or no index: the current;
+    0 where PyTorch has no CUDA, so lookups still work on a CPU build)."""
+    if device is not None and device.index is not None:
+        return int(device.index)
+    return int(torch.cuda.current_device()) if torch.cuda.is_available() else 0
 
 
 def _mkn(x: torch.Tensor, w: torch.Tensor) -> Tuple[int, int, int]:
@@ -275,8 +297,8 @@ def dense(
     role: str = "linear",
 ) -> torch.Tensor:
     """x @ w.T with the tuned execution (see the module's doc), through one
-    TunedDense per process on the default client ($GPUTUNE_ENDPOINT or
-    gpu0's daemon)."""
+    TunedDense per process, which asks the daemon of x's GPU (one client per
+    CUDA device; $GPUTUNE_ENDPOINT names one daemon for all)."""
     return _default_dense()(x, w, out, role=role)
 
 

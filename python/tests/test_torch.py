@@ -312,3 +312,21 @@ def test_cuda_fp16_and_mismatched_out_fall_back(daemon, caplog):
         " running torch's linear",
     ]
     assert op.client().lookups == []
+
+
+def test_one_client_per_cuda_device(daemon, monkeypatch):
+    # Both devices' clients reach the test's daemon through GPUTUNE_ENDPOINT;
+    # without it each would find its own GPU's daemon by UUID.
+    monkeypatch.setenv("GPUTUNE_ENDPOINT", daemon.endpoint)
+    op = gt.TunedDense()
+    zero = op.client(torch.device("cuda", 0))
+    one = op.client(torch.device("cuda", 1))
+    assert zero is not None and one is not None and zero is not one
+    assert op.client(torch.device("cuda", 1)) is one
+    key = op.key("test.per_device", 2, 64, 64)
+    assert op.lookup(key, torch.device("cuda", 1)).state is gputune.State.MISS
+    # A client given to TunedDense serves every device.
+    given = gputune.Client(daemon.endpoint)
+    shared = gt.TunedDense(given)
+    assert shared.client(torch.device("cuda", 0)) is given
+    assert shared.client(torch.device("cuda", 1)) is given

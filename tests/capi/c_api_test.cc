@@ -616,5 +616,40 @@ TEST_CASE("C: follow_changes 0 keeps a deleted entry memoised; 1 drops it") {
   CHECK(gputune_result_state(r.get()) == GPUTUNE_STATE_MISS);
 }
 
+TEST_CASE("C: gpu_uuid and socket_dir (ABI 3) find a daemon by its GPU") {
+  const std::string uuid = "GPU-c0ffee00-1111-2222-3333-444455556666";
+  DaemonProcess daemon({"--backend=none", "--device_uuid=" + uuid});
+  gputune_client_options o;
+  gputune_client_options_init(&o);
+  REQUIRE(o.gpu_uuid == nullptr);
+  o.gpu_uuid = uuid.c_str();
+  o.socket_dir = daemon.dir().c_str();
+  gputune_client* raw = nullptr;
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_OK);
+  Owned<gputune_client> client(raw);
+  CHECK(std::string(gputune_client_gpu_uuid(client.get())) == uuid);
+  CHECK(std::string(gputune_client_endpoint(client.get())) ==
+        "unix://" + daemon.dir() + "/by-uuid/" + uuid + ".sock");
+  char* status = nullptr;
+  REQUIRE(gputune_get_status_json(client.get(), &status) == GPUTUNE_OK);
+  CHECK(std::string(status).find(uuid) != std::string::npos);
+  gputune_string_free(status);
+
+  // A GPU with no daemon: NOT_FOUND naming it and the directory.
+  const std::string other = "GPU-0dd00000-1111-2222-3333-444455556666";
+  o.gpu_uuid = other.c_str();
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_NOT_FOUND);
+  CHECK(std::string(gputune_last_error()).find(other) != std::string::npos);
+  CHECK(std::string(gputune_last_error()).find(daemon.dir() + "/by-uuid") !=
+        std::string::npos);
+
+  // An ABI 2 caller's struct ends before gpu_uuid: not read.
+  o.struct_size = offsetof(gputune_client_options, gpu_uuid);
+  o.endpoint = nullptr;
+  REQUIRE(gputune_client_create(&o, &raw) == GPUTUNE_OK);
+  Owned<gputune_client> abi2(raw);
+  CHECK(std::string(gputune_client_gpu_uuid(abi2.get())).empty());
+}
+
 }  // namespace
 }  // namespace gputune::testing

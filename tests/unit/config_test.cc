@@ -131,4 +131,12 @@ TEST_CASE("the hardening settings parse, and TLS files go together") {
         std::string::npos);
 }
 
+TEST_CASE("--device_uuid must be able to name a file") {
+  CHECK(Parse({"--device_uuid=GPU-8f3c1d2e"})->device_uuid == "GPU-8f3c1d2e");
+  auto bad = Parse({"--device_uuid=../../etc/x"});
+  REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(bad.status().message()).find("--device_uuid") !=
+        std::string::npos);
+}
+
 }  // namespace gputune

@@ -98,9 +98,12 @@ const v1::Execution& ExecutionToRun(v1::KeyState state, bool stale_usable,
 
 class Client {
  public:
-  // Connects lazily: creating a client does no I/O and cannot fail for an
-  // unreachable daemon. INVALID_ARGUMENT for unusable options (e.g. a
-  // negative deadline).
+  // Connects lazily: creating a client does no I/O but finding the daemon
+  // (FindDaemon, options.h) and cannot fail for an unreachable daemon.
+  // INVALID_ARGUMENT for unusable options (e.g. a negative deadline);
+  // NOT_FOUND when the GPU meant has no daemon linked by UUID, and
+  // FAILED_PRECONDITION when the device cannot be resolved (both say how
+  // to fix it).
   static absl::StatusOr<std::unique_ptr<Client>> Create(
       const ClientOptions& options);
 
@@ -111,8 +114,12 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // The endpoint in use (after ResolveEndpoint).
+  // The endpoint in use (FindDaemon's).
   const std::string& endpoint() const;
+  // The GPU this client means (its TuneDense carries it, and a daemon
+  // serving another GPU refuses): options.gpu_uuid or the device's UUID;
+  // empty when neither is known (a daemon named by endpoint or host index).
+  const std::string& gpu_uuid() const;
 
   // --- Hot path ------------------------------------------------------------
 

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define GPUTUNE_ABI_VERSION 2
+#define GPUTUNE_ABI_VERSION 3
 
 /* The ABI version of the library in use (GPUTUNE_ABI_VERSION it was built
  * with) and its release ("0.1.0"). */
@@ -133,7 +133,8 @@ typedef struct gputune_client gputune_client;
 typedef struct gputune_client_options {
   size_t struct_size; /* sizeof(gputune_client_options) */
   /* "unix:///path", "/path" or "host:port"; NULL or "": $GPUTUNE_ENDPOINT,
-   * else unix:///run/gputuned/gpu<device>.sock. */
+   * else gpu_uuid's daemon, else the daemon of this process's CUDA device
+   * `device`, found by its GPU's UUID (gputune::FindDaemon in options.h). */
   const char* endpoint;
   int32_t device;
   int64_t lookup_deadline_ms;  /* a lookup RPC (250) */
@@ -151,14 +152,25 @@ typedef struct gputune_client_options {
    * with the memo on, apply the daemon's change feed (deletes, re-tunes) to
    * it at once (1); 0: memo_ttl alone. */
   int32_t follow_changes;
+  /* ABI 3 (beyond an ABI 2 caller's struct_size: NULL): the GPU whose daemon
+   * to use, "GPU-8f3c..." (<socket_dir>/by-uuid/<uuid>.sock; wins over
+   * device); where the daemons' sockets are (NULL or "":
+   * $GPUTUNE_SOCKET_DIR, else /run/gputuned); where the NVIDIA driver lists
+   * the GPUs (NULL or "": /proc/driver/nvidia; for tests). */
+  const char* gpu_uuid;
+  const char* socket_dir;
+  const char* nvidia_proc_dir;
 } gputune_client_options;
 
 /* Fills *options with the defaults (and struct_size). */
 void gputune_client_options_init(gputune_client_options* options);
 
-/* Creates a client; no I/O (an unreachable daemon is not an error here).
- * INVALID_ARGUMENT for unusable options (a negative deadline, a struct_size
- * smaller than the first ABI's struct). */
+/* Creates a client; no I/O but finding the daemon (an unreachable daemon
+ * is not an error here). INVALID_ARGUMENT for unusable options (a negative
+ * deadline, a struct_size smaller than the first ABI's struct); NOT_FOUND
+ * when the GPU meant has no daemon linked by UUID; FAILED_PRECONDITION when
+ * the device cannot be resolved (e.g. beyond CUDA_VISIBLE_DEVICES, a MIG
+ * instance). The message (gputune_last_error) says how to fix it. */
 gputune_code gputune_client_create(const gputune_client_options* options,
                                    gputune_client** client);
 /* Stops the background threads (waiting at most one deadline). Claims and
@@ -166,6 +178,9 @@ gputune_code gputune_client_create(const gputune_client_options* options,
 void gputune_client_destroy(gputune_client* client);
 /* The endpoint in use. */
 const char* gputune_client_endpoint(const gputune_client* client);
+/* ABI 3: the GPU UUID the client means ("" when not known: a daemon named
+ * by endpoint or host index); its tune_dense calls carry it. */
+const char* gputune_client_gpu_uuid(const gputune_client* client);
 
 /* --- Keys --- */
 

@@ -9,9 +9,12 @@
 #define GPUTUNE_OPTIONS_H_
 
 #include <cstddef>
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 // Declared only: a program that sets ClientOptions::channel or calls
@@ -26,12 +29,31 @@ namespace gputune {
 
 struct ClientOptions {
   // Where gputuned listens: "unix:///path", a bare "/path" (taken as a unix
-  // socket) or "host:port". Empty: $GPUTUNE_ENDPOINT, else
-  // DefaultEndpoint(device).
+  // socket) or "host:port". Empty: $GPUTUNE_ENDPOINT, else the daemon of
+  // gpu_uuid, else of `device` (FindDaemon).
   std::string endpoint;
-  // Device ordinal whose daemon to use when neither endpoint nor
-  // $GPUTUNE_ENDPOINT is set.
+  // This process's CUDA device whose daemon to use when neither endpoint
+  // nor $GPUTUNE_ENDPOINT nor gpu_uuid is set: resolved to its GPU's UUID
+  // (FindDaemon), so that under CUDA_VISIBLE_DEVICES or in a container it
+  // is the GPU the process computes on, not the host's GPU of that index.
   int device = 0;
+  // The GPU whose daemon to use ("GPU-8f3c...", as nvidia-smi -L prints
+  // it): <socket_dir>/by-uuid/<gpu_uuid>.sock. Wins over device.
+  std::string gpu_uuid;
+  // Where the daemons' sockets are. Empty: $GPUTUNE_SOCKET_DIR, else
+  // /run/gputuned (a container mounts the host's directory there).
+  std::string socket_dir;
+  // Where the NVIDIA driver describes the GPUs (gpus/*/information), for
+  // mapping CUDA_VISIBLE_DEVICES to UUIDs without NVML. Empty:
+  // /proc/driver/nvidia. Tests point it at a directory of their own.
+  std::string nvidia_proc_dir;
+  // Ask the CUDA driver for `device`'s UUID when the process has it loaded
+  // already (it is never loaded for this); false: NVML and
+  // CUDA_VISIBLE_DEVICES only.
+  bool device_from_cuda = true;
+  // Ask NVML (libnvidia-ml.so.1, when installed) for the machine's GPUs
+  // before reading nvidia_proc_dir.
+  bool device_from_nvml = true;
 
   // Deadline of a Lookup RPC (and of the background refreshes). The caller of
   // Lookup never waits longer than this.
@@ -85,7 +107,39 @@ struct ClientOptions {
 // gputuned@<device> listens.
 std::string DefaultEndpoint(int device);
 
-// The endpoint a client with these options uses (see ClientOptions::endpoint).
+// The daemon a client with these options talks to, and how it was chosen.
+struct DaemonTarget {
+  std::string endpoint;
+  // The GPU meant (sent with TuneDense, which a daemon serving another GPU
+  // refuses); empty when the daemon was named by endpoint or host index.
+  std::string gpu_uuid;
+  // For messages: "CUDA_VISIBLE_DEVICES=2,3 (entry 1, via
+  // /proc/driver/nvidia)", "--endpoint", ...
+  std::string chosen_by;
+};
+
+// Finds the daemon (first that applies): options.endpoint;
+// $GPUTUNE_ENDPOINT; options.gpu_uuid; this process's CUDA device
+// options.device, by its GPU's UUID from (1) the CUDA driver if the process
+// has loaded it, else (2) entry `device` of $CUDA_VISIBLE_DEVICES (a GPU
+// UUID or a prefix of one; an index into the machine's GPUs in PCI bus
+// order, as NVML or nvidia_proc_dir list them), or without
+// $CUDA_VISIBLE_DEVICES the machine's GPU `device` in PCI bus order. A
+// device found by UUID is <socket_dir>/by-uuid/<UUID>.sock, which must
+// exist: NOT_FOUND names the UUID and the directory searched. Where the
+// machine's GPUs cannot be listed (no NVIDIA driver, e.g. the host
+// backend), an index names <socket_dir>/gpu<index>.sock as before.
+// FAILED_PRECONDITION for what cannot be resolved and says how to fix it:
+// a device beyond $CUDA_VISIBLE_DEVICES, a MIG instance (gputuned serves
+// whole GPUs), an index with GPUs of different models and
+// CUDA_DEVICE_ORDER not PCI_BUS_ID (CUDA's fastest-first order is then
+// unknown). `getenv` reads the variables (tests pass their own).
+absl::StatusOr<DaemonTarget> FindDaemon(
+    const ClientOptions& options,
+    const std::function<const char*(const char*)>& getenv = std::getenv);
+
+// FindDaemon's endpoint; where FindDaemon fails, DefaultEndpoint(device) in
+// the socket directory (Client::Create reports the failure instead).
 std::string ResolveEndpoint(const ClientOptions& options);
 
 // Channel arguments the client uses: fast reconnection (100 ms .. 1 s

@@ -44,6 +44,9 @@ pub struct gputune_client_options {
     pub breaker_open_time_ms: i64,
     pub breaker_max_open_time_ms: i64,
     pub follow_changes: i32,
+    pub gpu_uuid: *const c_char,
+    pub socket_dir: *const c_char,
+    pub nvidia_proc_dir: *const c_char,
 }
 
 #[repr(C)]
