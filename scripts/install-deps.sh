@@ -23,7 +23,7 @@ packages=(
   libabsl-dev libspdlog-dev libsqlite3-dev sqlite3 libsystemd-dev
   # the fleet tier's client library; CLI parsing
   libpq-dev libcli11-dev
-  # the Redis fleet door (issue 25)
+  # the Redis-protocol door: hiredis reads its requests
   libhiredis-dev
 )
 test_packages=(
