@@ -131,7 +131,7 @@ TEST_CASE("the hardening settings parse, and TLS files go together") {
         std::string::npos);
 }
 
-TEST_CASE("--device_uuid must be able to name a file") {
+TEST_CASE("a --device_uuid must be usable as a file name") {
   CHECK(Parse({"--device_uuid=GPU-8f3c1d2e"})->device_uuid == "GPU-8f3c1d2e");
   auto bad = Parse({"--device_uuid=../../etc/x"});
   REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);

@@ -9,7 +9,8 @@ namespace {
 
 constexpr char kGpu[] = "GPU-8f3c1d2e-5b7d-4c9e-a0f1-2d3e4f5a6b7c";
 
-TEST_CASE("the CUDA backend's UUID is the identity; an override must match") {
+TEST_CASE(
+    "the CUDA backend's UUID is the identity and an override must match it") {
   absl::StatusOr<DeviceIdentity> id =
       ChooseIdentity("cuda", kGpu, "00000000:65:00.0", "", "0", "m");
   REQUIRE(id.ok());
