@@ -25,6 +25,7 @@
 #include "daemon/job_queue.h"
 #include "daemon/listener.h"
 #include "daemon/metrics.h"
+#include "daemon/redis/redis_server.h"
 #include "daemon/revalidator.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
@@ -95,6 +96,7 @@ class Daemon {
   std::unique_ptr<TuneServiceImpl> tune_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<redis::RedisServer> redis_;  // null without --redis_listen
   std::thread sweeper_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> sweeps_{0};

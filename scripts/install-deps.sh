@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # the Redis front door's request reader (hiredis's parser)
+  libhiredis-dev
   libabsl-dev libspdlog-dev catch2 libsqlite3-dev sqlite3 libsystemd-dev
   systemd dpkg-dev file
   # checking builds: clang's thread-safety analysis, sanitizers, libFuzzer
@@ -23,6 +25,9 @@ packages=(
   # machine (time apt-get install -y --no-install-recommends python3-torch,
   # 2026-12-02)
   python3-torch
+  # tests only: the Redis front door's clients and reference server
+  # (tests/redis/; the tests start their own redis-server)
+  redis-server redis-tools python3-redis
   # grpcprobe, the grpcurl stand-in the reflection test uses
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
 )
