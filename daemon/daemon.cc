@@ -106,6 +106,33 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   info.database_path = config.db;
 
   if (auto s = CheckTcpExposure(config); !s.ok()) return s;
+  // The Redis front door's settings, checked before anything is touched.
+  redis::RedisServerOptions ro;
+  if (!config.redis_listen.empty()) {
+    ro.addresses = absl::StrSplit(config.redis_listen, ',', absl::SkipEmpty());
+    ro.socket_mode = config.socket_mode;
+    if (!config.redis_password_file.empty()) {
+      absl::StatusOr<std::string> pw = ReadFile(config.redis_password_file);
+      if (!pw.ok()) return pw.status();
+      ro.password = std::string(absl::StripAsciiWhitespace(
+          absl::string_view(*pw).substr(0, pw->find('\n'))));
+      if (ro.password.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--redis_password_file=", config.redis_password_file,
+                         ": the file's first line is empty"));
+      }
+    }
+    ro.allow_insecure_tcp = config.allow_insecure_tcp;
+    ro.claim_ttl = config.redis_claim_ttl;
+    ro.wait = config.redis_wait;
+    ro.idle_timeout = config.max_connection_idle;
+    ro.tuned_patterns =
+        config.redis_tuned_keys.empty()
+            ? redis::DefaultTunedPatterns()
+            : std::vector<std::string>(absl::StrSplit(config.redis_tuned_keys,
+                                                      ',', absl::SkipEmpty()));
+    if (auto s = redis::CheckExposure(ro); !s.ok()) return s;
+  }
   absl::StatusOr<std::optional<gid_t>> admin_group =
       AdminGroup(config.admin_group);
   if (!admin_group.ok()) return admin_group.status();
@@ -383,29 +410,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     d->server_->GetHealthCheckService()->SetServingStatus(true);
 
   if (!config.redis_listen.empty()) {
-    redis::RedisServerOptions ro;
-    ro.addresses = absl::StrSplit(config.redis_listen, ',', absl::SkipEmpty());
-    ro.socket_mode = config.socket_mode;
-    if (!config.redis_password_file.empty()) {
-      absl::StatusOr<std::string> pw = ReadFile(config.redis_password_file);
-      if (!pw.ok()) return pw.status();
-      ro.password = std::string(absl::StripAsciiWhitespace(
-          absl::string_view(*pw).substr(0, pw->find('\n'))));
-      if (ro.password.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--redis_password_file=", config.redis_password_file,
-                         ": the file's first line is empty"));
-      }
-    }
-    ro.allow_insecure_tcp = config.allow_insecure_tcp;
-    ro.claim_ttl = config.redis_claim_ttl;
-    ro.wait = config.redis_wait;
-    ro.idle_timeout = config.max_connection_idle;
-    ro.tuned_patterns =
-        config.redis_tuned_keys.empty()
-            ? redis::DefaultTunedPatterns()
-            : std::vector<std::string>(absl::StrSplit(config.redis_tuned_keys,
-                                                      ',', absl::SkipEmpty()));
     redis::RedisServerDeps deps;
     deps.arbiter = d->arbiter_.get();
     deps.store = d->store_.get();

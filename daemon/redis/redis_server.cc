@@ -1319,8 +1319,7 @@ std::string RedisServer::Loop::InfoText(absl::string_view section, int64_t keys,
 
 // ---------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
-    const RedisServerOptions& options, const RedisServerDeps& deps) {
+absl::Status CheckExposure(const RedisServerOptions& options) {
   for (const std::string& address : options.addresses) {
     if (!UnixSocketPath(address).empty() || IsLoopbackAddress(address)) {
       continue;
@@ -1334,6 +1333,12 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
           "is trusted"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
+    const RedisServerOptions& options, const RedisServerDeps& deps) {
+  if (absl::Status s = CheckExposure(options); !s.ok()) return s;
   std::unique_ptr<RedisServer> server(new RedisServer());
   server->loop_ = std::make_unique<Loop>(options, deps);
   if (absl::Status s = server->loop_->Open(&server->bound_); !s.ok()) {

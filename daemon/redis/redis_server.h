@@ -87,11 +87,14 @@ struct RedisServerDeps {
   std::string version;          // gputune's, for INFO
 };
 
+// FAILED_PRECONDITION (saying what to do) when an address is TCP and not
+// loopback, unless a password is set and allow_insecure_tcp.
+absl::Status CheckExposure(const RedisServerOptions& options);
+
 class RedisServer {
  public:
-  // Binds every address and starts the loop. FAILED_PRECONDITION for a TCP
-  // address that is not loopback unless a password is set and
-  // allow_insecure_tcp; UNAVAILABLE when an address cannot be bound.
+  // Binds every address and starts the loop. CheckExposure's error, or
+  // UNAVAILABLE when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<RedisServer>> Start(
       const RedisServerOptions& options, const RedisServerDeps& deps);
   ~RedisServer();  // Stop()s
