@@ -75,9 +75,13 @@ std::optional<std::string> RedisKeyOf(const v1::Key& key) {
 }
 
 std::optional<StoredValue> ValueOf(const v1::Entry& entry) {
+  return ValueOf(v1::Entry(entry));
+}
+
+std::optional<StoredValue> ValueOf(v1::Entry&& entry) {
   if (entry.execution().kernel() != kValueKernel) return std::nullopt;
   StoredValue v;
-  v.value = entry.execution().data();
+  v.value = std::move(*entry.mutable_execution()->mutable_data());
   const auto& params = entry.execution().params();
   auto hi = params.find(kExpiryHigh);
   auto lo = params.find(kExpiryLow);

@@ -47,6 +47,8 @@ struct StoredValue {
 // The value an entry (full or summary) holds; nullopt when it is not a
 // Redis value (another kernel: written by something else).
 std::optional<StoredValue> ValueOf(const v1::Entry& entry);
+// The same, moving the value out of `entry` (the lookup path: no copy).
+std::optional<StoredValue> ValueOf(v1::Entry&& entry);
 // The entry for a SET: source CLIENT_MEASURED, measured now.
 v1::Entry EntryFor(const v1::Key& key, const StoredValue& value, absl::Time now,
                    const v1::Fingerprint& fingerprint,

@@ -581,14 +581,22 @@ std::string RedisServer::Loop::Holder(const Conn& c) const {
                                              : std::string());
 }
 
-std::optional<StoredValue> RedisServer::Loop::Lookup(const v1::Key& key) const {
-  const Arbiter::Found found = deps_.arbiter->Find(key);
-  if (found.entry == nullptr) return std::nullopt;  // HIT and STALE carry it
+namespace {
+// The unexpired value an index answer holds (HIT and STALE carry the
+// entry's summary); nullopt when none.
+std::optional<StoredValue> ValueOfFound(const Arbiter::Found& found,
+                                        absl::Time now) {
+  if (found.entry == nullptr) return std::nullopt;
   v1::Entry entry;
   if (!entry.ParseFromString(*found.entry)) return std::nullopt;
-  std::optional<StoredValue> value = ValueOf(entry);
-  if (!value || value->Expired(deps_.clock->Now())) return std::nullopt;
+  std::optional<StoredValue> value = ValueOf(std::move(entry));
+  if (!value || value->Expired(now)) return std::nullopt;
   return value;
+}
+}  // namespace
+
+std::optional<StoredValue> RedisServer::Loop::Lookup(const v1::Key& key) const {
+  return ValueOfFound(deps_.arbiter->Find(key), deps_.clock->Now());
 }
 
 void RedisServer::Loop::Async(Conn& c, std::function<std::string()> work) {
@@ -732,15 +740,26 @@ void RedisServer::Loop::Get(Conn& c, RespCommand& args, bool mget) {
   read->watch_ids.assign(n, 0);
   read->done.assign(n, true);
   std::vector<size_t> missing;
+  std::vector<const v1::Key*> storable;  // keys short enough to be stored
+  std::vector<size_t> storable_index;
+  read->keys.resize(n);
   for (size_t i = 0; i < n; ++i) {
     absl::StatusOr<v1::Key> key = TuneKeyFor(args[i + 1]);
     read->redis_keys.push_back(std::move(args[i + 1]));
-    read->keys.push_back(key.ok() ? *key : v1::Key());
     if (!key.ok()) continue;  // too long to be stored: nil
-    if (std::optional<StoredValue> v = Lookup(*key)) {
+    read->keys[i] = std::move(*key);
+    storable.push_back(&read->keys[i]);
+    storable_index.push_back(i);
+  }
+  // One index pass for all keys (the reader lock once per few hundred).
+  const std::vector<Arbiter::Found> found = deps_.arbiter->Find(storable);
+  const absl::Time now = deps_.clock->Now();
+  for (size_t j = 0; j < found.size(); ++j) {
+    const size_t i = storable_index[j];
+    if (std::optional<StoredValue> v = ValueOfFound(found[j], now)) {
       read->values[i] = std::move(v->value);
     } else if (tuned_.Matches(read->redis_keys[i]) &&
-               !c.claims.contains(KeyId(*key))) {
+               !c.claims.contains(KeyId(read->keys[i]))) {
       read->done[i] = false;
       missing.push_back(i);
     }

@@ -32,8 +32,8 @@ TEST_CASE("defaults put the socket and database under ./var") {
 }
 
 TEST_CASE(
-    "the Redis front door is off by default; --redis_listen takes a comma "
-    "list and repeats") {
+    "the Redis front door is off by default, and --redis_listen takes a "
+    "comma list and repeats") {
   auto off = Parse({});
   REQUIRE(off.ok());
   CHECK(off->redis_listen.empty());
