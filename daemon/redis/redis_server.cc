@@ -831,6 +831,10 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
         }
         if (read.outstanding == 0) FinishRead(*c);
       });
+      // Last: the fleet may answer on its own thread after the executor
+      // task ended, and Stop waits for this.
+      absl::MutexLock lock(&mu_);
+      --in_flight_;
     };
     // An expired value still in the index makes the key a HIT: drop it.
     const Arbiter::Found found = deps_.arbiter->Find(key);
@@ -846,8 +850,6 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
     } else {
       answer(deps_.arbiter->Claim(key, holder, ttl));
     }
-    absl::MutexLock lock(&mu_);
-    --in_flight_;
   });
 }
 
