@@ -47,17 +47,24 @@ def tuned_keys(n):
     return keys
 
 
-def run_workers(port, keys, processes=8, tune_s=0.2):
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(port),
-                               json.dumps(keys), str(tune_s), str(n)],
-                              stdout=subprocess.PIPE)
-             for n in range(processes)]
+def spawn_workers(port, keys, processes=8, tune_s=0.2):
+    return [subprocess.Popen([sys.executable, "-c", WORKER, str(port),
+                              json.dumps(keys), str(tune_s), str(n)],
+                             stdout=subprocess.PIPE)
+            for n in range(processes)]
+
+
+def collect(procs):
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=240)
         assert p.returncode == 0, f"worker exited {p.returncode}"
         results.append(json.loads(out))
     return results
+
+
+def run_workers(port, keys, processes=8, tune_s=0.2):
+    return collect(spawn_workers(port, keys, processes, tune_s))
 
 
 def test_each_key_tuned_once():
