@@ -179,6 +179,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     if (!socket_lock.ok()) return socket_lock.status();
     d->socket_lock_.emplace(std::move(*socket_lock));
   }
+  // Each Redis unix socket too: a second daemon must not replace it.
+  for (const std::string& address : ro.addresses) {
+    const std::string path = UnixPath(address);
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    absl::StatusOr<InstanceLock> lock =
+        InstanceLock::Acquire(path + ".lock", absl::StrCat("socket ", path));
+    if (!lock.ok()) return lock.status();
+    d->redis_socket_locks_.push_back(std::move(*lock));
+  }
 
   // Storage first: nothing is served before the cache is loaded.
   const absl::Time open_start = absl::Now();

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/arbiter.h"
@@ -77,6 +78,7 @@ class Daemon {
   // Held for the daemon's life: released by the kernel however it ends.
   std::optional<InstanceLock> db_lock_;
   std::optional<InstanceLock> socket_lock_;
+  std::vector<InstanceLock> redis_socket_locks_;  // --redis_listen unix:
   PeerTable peers_;
   std::unique_ptr<Authority> authority_;
   std::unique_ptr<Listener> listener_;

@@ -151,8 +151,27 @@ def test_auth_and_exposure():
         d.close()
 
 
+def test_one_daemon_per_redis_socket():
+    """a second daemon on the same Redis unix socket is refused, naming it"""
+    d = harness.Daemon(GPUTUNED)
+    try:
+        out = subprocess.run(
+            [GPUTUNED, "--backend=none", f"--listen=unix://{d.dir}/other.sock",
+             f"--db={d.dir}/other.db", f"--redis_listen=unix:{d.unix}"],
+            capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0
+        assert d.unix in out.stdout + out.stderr, out
+        assert d.client().ping()  # the first one keeps its socket
+        assert subprocess.run(["redis-cli", "-s", d.unix, "PING"],
+                              capture_output=True, text=True,
+                              timeout=60).stdout.strip() == "PONG"
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     harness.require_tools()
     harness.run_tests([test_triton_and_inductor_calls, test_redis_cli,
                        test_acknowledged_sets_survive_kill_9_and_ttls_persist,
-                       test_auth_and_exposure])
+                       test_auth_and_exposure,
+                       test_one_daemon_per_redis_socket])
