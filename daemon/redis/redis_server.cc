@@ -398,6 +398,9 @@ void RedisServer::Loop::OnEvent(Conn& c, uint32_t events) {
   if (events & EPOLLOUT) {
     Flush(c);
     if (!conns_.contains(id)) return;
+    // Commands already read may have waited for the replies to drain.
+    if (!c.busy && !c.close_after_flush) RunCommands(c);
+    if (!conns_.contains(id)) return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP)) {
     if (c.busy && !(events & EPOLLIN)) {

@@ -89,6 +89,25 @@ def test_inline_command_refused():
     assert D.client().get("k") is None
 
 
+def test_replies_beyond_the_output_bound():
+    """40 MB of replies pipelined unread (over the 32 MiB bound): all arrive"""
+    r = D.client()
+    r.set("kb", b"z" * 1000)
+    n = 40000
+    s = socket.create_connection(("127.0.0.1", D.port), timeout=120)
+    s.sendall(b"*2\r\n$3\r\nGET\r\n$2\r\nkb\r\n" * n)
+    reply = b"$1000\r\n" + b"z" * 1000 + b"\r\n"
+    want = len(reply) * n
+    got = 0
+    while got < want:
+        c = s.recv(1 << 20)
+        assert c, f"closed after {got} of {want} bytes"
+        got += len(c)
+    s.close()
+    assert got == want
+    still_serving()
+
+
 def test_idle_connections():
     """2,000 idle connections: held cheaply; Redis and gRPC keep answering"""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -115,6 +134,7 @@ if __name__ == "__main__":
     try:
         harness.run_tests([test_oversize_bulk, test_a_million_arguments,
                            test_endless_request, test_inline_command_refused,
+                           test_replies_beyond_the_output_bound,
                            test_idle_connections])
     finally:
         D.close()
