@@ -108,7 +108,14 @@ class Daemon:
 
     def close(self):
         self.stop()
+        log = self.log_text()
         shutil.rmtree(self.dir, ignore_errors=True)
+        # A sanitizer build of gputuned (build-check) reports into its log.
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:", "WARNING: ThreadSanitizer"):
+            if mark in log:
+                at = log.index(mark)
+                raise AssertionError(f"gputuned's log: {log[at:at + 3000]}")
 
 
 class RedisServer:
