@@ -15,14 +15,7 @@ absl::Status Authority::RequireOperator(absl::string_view grpc_peer,
                                         absl::string_view method) const {
   const std::optional<Peer> peer =
       peers_ == nullptr ? std::nullopt : peers_->Find(grpc_peer);
-  if (peer && peer->has_credentials) {
-    if (peer->uid == 0 || peer->uid == daemon_uid_) return absl::OkStatus();
-    if (admin_group_ && (peer->gid == *admin_group_ ||
-                         std::find(peer->groups.begin(), peer->groups.end(),
-                                   *admin_group_) != peer->groups.end())) {
-      return absl::OkStatus();
-    }
-  }
+  if (peer && IsOperator(*peer)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       method,
       " is an operator call: it needs root, the daemon's user or a member of "
@@ -31,6 +24,14 @@ absl::Status Authority::RequireOperator(absl::string_view grpc_peer,
           ? absl::StrCat(" (you are uid ", peer->uid, ")")
           : std::string(" (this peer has no unix credentials)"),
       "; run it as an operator, e.g. with sudo"));
+}
+
+bool Authority::IsOperator(const Peer& peer) const {
+  if (!peer.has_credentials) return false;
+  if (peer.uid == 0 || peer.uid == daemon_uid_) return true;
+  return admin_group_ && (peer.gid == *admin_group_ ||
+                          std::find(peer.groups.begin(), peer.groups.end(),
+                                    *admin_group_) != peer.groups.end());
 }
 
 std::string Authority::Owner(absl::string_view grpc_peer) const {

@@ -49,6 +49,10 @@ class Authority {
   absl::Status RequireOperator(absl::string_view grpc_peer,
                                absl::string_view method) const;
 
+  // Whether `peer` is an operator (the rule above), for listeners that know
+  // their peer directly (the Redis front door).
+  bool IsOperator(const Peer& peer) const;
+
   // The identity a claim taken by this peer is bound to.
   std::string Owner(absl::string_view grpc_peer) const;
 

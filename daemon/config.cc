@@ -227,6 +227,32 @@ const std::vector<Option>& Options() {
            &Config::metrics_textfile),
       Dur("metrics_interval", "how often metrics_textfile is rewritten",
           &Config::metrics_interval),
+      {"redis_listen",
+       "Redis-protocol front door: address(es), comma-separated or the flag "
+       "repeated, e.g. 127.0.0.1:6390 or unix:/run/gputuned/redis.sock "
+       "(empty: off)",
+       [](Config& c, absl::string_view v) {
+         if (!c.redis_listen.empty() && !v.empty()) c.redis_listen += ",";
+         c.redis_listen += std::string(v);
+         return absl::OkStatus();
+       },
+       [](const Config& c) { return c.redis_listen; }},
+      Text("redis_password_file",
+           "file whose first line is the password Redis clients must AUTH "
+           "with (empty: none)",
+           &Config::redis_password_file),
+      Dur("redis_claim_ttl",
+          "lease of the first reader's claim on a missed tuned key (held "
+          "while its connection is open)",
+          &Config::redis_claim_ttl),
+      Dur("redis_wait",
+          "how long other readers of a tuned key wait for the holder's SET "
+          "before they get nil",
+          &Config::redis_wait),
+      Text("redis_tuned_keys",
+           "comma-separated fnmatch patterns of single-flighted keys (empty: "
+           "Inductor's and Triton's autotune keys)",
+           &Config::redis_tuned_keys),
       OneOf("log_level", "trace | debug | info | warn | error | critical | off",
             &Config::log_level,
             {"trace", "debug", "info", "warn", "error", "critical", "off"}),
@@ -352,6 +378,11 @@ absl::StatusOr<Config> ParseConfig(
   if (config.fleet_lease_ttl < absl::Milliseconds(300)) {
     return absl::InvalidArgumentError(
         "--fleet_lease_ttl: at least 300ms (it is renewed every third)");
+  }
+  if (config.redis_claim_ttl > config.max_lease_ttl ||
+      config.redis_claim_ttl < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        "--redis_claim_ttl: must lie within 100ms..--max_lease_ttl");
   }
   if (config.lease_ttl > config.max_lease_ttl) {
     return absl::InvalidArgumentError(

@@ -113,6 +113,20 @@ struct Config {
   std::string metrics_textfile;
   absl::Duration metrics_interval = absl::Seconds(15);
 
+  // The Redis front door (docs/integrations.md): addresses (comma list, or
+  // the flag repeated) such as 127.0.0.1:6390 or unix:/run/gputuned/redis.sock;
+  // empty: off. A non-loopback address needs redis_password_file and
+  // allow_insecure_tcp.
+  std::string redis_listen;
+  std::string redis_password_file;  // AUTH password (first line); empty: none
+  // Single flight: the lease of the claim a first reader of a tuned key holds
+  // (while its connection is open), and how long other readers wait for it.
+  absl::Duration redis_claim_ttl = absl::Minutes(10);
+  absl::Duration redis_wait = absl::Minutes(10);
+  // Comma list of fnmatch(3) patterns of tuned keys; empty: the defaults
+  // (Inductor's and Triton's autotune keys, daemon/redis/redis_keys.h).
+  std::string redis_tuned_keys;
+
   // Logging: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
 

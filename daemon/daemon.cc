@@ -11,15 +11,18 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/backend_factory.h"
 #include "daemon/fleet/fleet_link.h"
 #include "daemon/logging.h"
 #include "daemon/metrics.h"
+#include "daemon/redis/redis_keys.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -103,6 +106,33 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   info.database_path = config.db;
 
   if (auto s = CheckTcpExposure(config); !s.ok()) return s;
+  // The Redis front door's settings, checked before anything is touched.
+  redis::RedisServerOptions ro;
+  if (!config.redis_listen.empty()) {
+    ro.addresses = absl::StrSplit(config.redis_listen, ',', absl::SkipEmpty());
+    ro.socket_mode = config.socket_mode;
+    if (!config.redis_password_file.empty()) {
+      absl::StatusOr<std::string> pw = ReadFile(config.redis_password_file);
+      if (!pw.ok()) return pw.status();
+      ro.password = std::string(absl::StripAsciiWhitespace(
+          absl::string_view(*pw).substr(0, pw->find('\n'))));
+      if (ro.password.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--redis_password_file=", config.redis_password_file,
+                         ": the file's first line is empty"));
+      }
+    }
+    ro.allow_insecure_tcp = config.allow_insecure_tcp;
+    ro.claim_ttl = config.redis_claim_ttl;
+    ro.wait = config.redis_wait;
+    ro.idle_timeout = config.max_connection_idle;
+    ro.tuned_patterns =
+        config.redis_tuned_keys.empty()
+            ? redis::DefaultTunedPatterns()
+            : std::vector<std::string>(absl::StrSplit(config.redis_tuned_keys,
+                                                      ',', absl::SkipEmpty()));
+    if (auto s = redis::CheckExposure(ro); !s.ok()) return s;
+  }
   absl::StatusOr<std::optional<gid_t>> admin_group =
       AdminGroup(config.admin_group);
   if (!admin_group.ok()) return admin_group.status();
@@ -148,6 +178,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
         socket_path + ".lock", absl::StrCat("socket ", socket_path));
     if (!socket_lock.ok()) return socket_lock.status();
     d->socket_lock_.emplace(std::move(*socket_lock));
+  }
+  // Each Redis unix socket too: a second daemon must not replace it.
+  for (const std::string& address : ro.addresses) {
+    const std::string path = UnixPath(address);
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    absl::StatusOr<InstanceLock> lock =
+        InstanceLock::Acquire(path + ".lock", absl::StrCat("socket ", path));
+    if (!lock.ok()) return lock.status();
+    d->redis_socket_locks_.push_back(std::move(*lock));
   }
 
   // Storage first: nothing is served before the cache is loaded.
@@ -401,6 +442,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   if (d->server_->GetHealthCheckService())
     d->server_->GetHealthCheckService()->SetServingStatus(true);
 
+  if (!config.redis_listen.empty()) {
+    redis::RedisServerDeps deps;
+    deps.arbiter = d->arbiter_.get();
+    deps.store = d->store_.get();
+    deps.executor = d->store_executor_.get();
+    deps.fleet = d->fleet_.get();
+    deps.authority = d->authority_.get();
+    deps.clock = &d->clock_;
+    deps.fingerprint = info.fingerprint;
+    deps.version = kVersion;
+    absl::StatusOr<std::unique_ptr<redis::RedisServer>> redis =
+        redis::RedisServer::Start(ro, deps);
+    if (!redis.ok()) return redis.status();
+    d->redis_ = std::move(*redis);
+  }
   if (!config.metrics_textfile.empty()) {
     d->metrics_writer_ = std::make_unique<MetricsTextfileWriter>(
         d->metrics_.get(), config.metrics_textfile, config.metrics_interval);
@@ -435,6 +491,7 @@ void Daemon::Shutdown() {
   if (revalidator_) revalidator_->Stop();      // its re-tune was answered
   if (by_uuid_link_) by_uuid_link_->Remove();  // before the socket goes
   if (listener_) listener_->Stop();  // no new connections; removes the socket
+  if (redis_) redis_->Stop();  // abandons its claims, waits for its writes
   // Change streams never end by themselves: end them so that the server's
   // shutdown does not wait out its grace for them.
   if (change_feed_) change_feed_->Close();

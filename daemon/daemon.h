@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/arbiter.h"
@@ -26,6 +27,7 @@
 #include "daemon/job_queue.h"
 #include "daemon/listener.h"
 #include "daemon/metrics.h"
+#include "daemon/redis/redis_server.h"
 #include "daemon/revalidator.h"
 #include "daemon/serial_executor.h"
 #include "daemon/tune_service.h"
@@ -77,6 +79,7 @@ class Daemon {
   // Held for the daemon's life: released by the kernel however it ends.
   std::optional<InstanceLock> db_lock_;
   std::optional<InstanceLock> socket_lock_;
+  std::vector<InstanceLock> redis_socket_locks_;  // --redis_listen unix:
   PeerTable peers_;
   std::unique_ptr<Authority> authority_;
   std::unique_ptr<Listener> listener_;
@@ -97,6 +100,7 @@ class Daemon {
   std::unique_ptr<TuneServiceImpl> tune_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<redis::RedisServer> redis_;  // null without --redis_listen
   std::thread sweeper_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> sweeps_{0};

@@ -420,4 +420,18 @@ void Listener::AcceptLoop(grpc::Server* server, PeerTable* peers) {
   }
 }
 
+absl::StatusOr<int> BindListeningSocket(const std::string& address,
+                                        uint32_t socket_mode,
+                                        std::string* bound) {
+  const std::string path = UnixSocketPath(address);
+  if (path.empty()) return BindTcp(address, bound);
+  ino_t inode = 0;
+  dev_t device = 0;
+  absl::StatusOr<int> fd = BindUnix(path, socket_mode, &inode, &device);
+  if (fd.ok()) *bound = absl::StrCat("unix:", path);
+  return fd;
+}
+
+void ReadPeerCredentials(int fd, Peer* peer) { ReadCredentials(fd, peer); }
+
 }  // namespace gputune

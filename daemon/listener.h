@@ -164,6 +164,18 @@ absl::StatusOr<int> InheritedListenFd();
 // when fd is not one (or is abstract or unnamed).
 absl::StatusOr<std::string> ListeningUnixSocketPath(int fd);
 
+// Binds and listens on `address` as Listener::Bind does (unix:/path with
+// `socket_mode`, or host:port), for listeners of other protocols (the Redis
+// front door, daemon/redis/redis_server.h). Sets *bound to the address
+// clients connect to. The descriptor is non-blocking and close-on-exec.
+absl::StatusOr<int> BindListeningSocket(const std::string& address,
+                                        uint32_t socket_mode,
+                                        std::string* bound);
+
+// SO_PEERCRED and SO_PEERGROUPS of a connected unix socket into *peer
+// (has_credentials stays false when they cannot be read).
+void ReadPeerCredentials(int fd, Peer* peer);
+
 // Whether a host:port address names only this machine (localhost, 127/8,
 // ::1). Unresolvable hosts are not loopback.
 bool IsLoopbackAddress(absl::string_view address);

@@ -100,6 +100,8 @@ NOT_RUN = [
      "against a daemon and checks these lines"),
     ("docs/performance.md", r"(nice -n [0-9]+ )?build(-nocuda)?/bench/",
      "benchmarks: times of the machine named with each result"),
+    ("docs/performance.md", r"bash bench/redis/run\.sh",
+     "a benchmark against redis-server: times of the machine named with it"),
 ]
 
 

@@ -31,6 +31,27 @@ TEST_CASE("defaults put the socket and database under ./var") {
   CHECK(c->min_improvement_bps == 200);
 }
 
+TEST_CASE(
+    "the Redis front door is off by default, and --redis_listen takes a "
+    "comma list and repeats") {
+  auto off = Parse({});
+  REQUIRE(off.ok());
+  CHECK(off->redis_listen.empty());
+  auto c = Parse({"--redis_listen=127.0.0.1:6390,unix:/tmp/r.sock",
+                  "--redis_listen=127.0.0.1:6391"});
+  REQUIRE(c.ok());
+  CHECK(c->redis_listen == "127.0.0.1:6390,unix:/tmp/r.sock,127.0.0.1:6391");
+  CHECK(c->redis_claim_ttl == absl::Minutes(10));
+  CHECK(c->redis_wait == absl::Minutes(10));
+}
+
+TEST_CASE("a --redis_claim_ttl beyond --max_lease_ttl is refused") {
+  auto c = Parse({"--redis_claim_ttl=2h"});
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("--redis_claim_ttl") != std::string::npos);
+  CHECK(Parse({"--redis_claim_ttl=2h", "--max_lease_ttl=3h"}).ok());
+}
+
 TEST_CASE("under systemd the runtime and state directories are used") {
   auto c = Parse({"--device=3"}, {{"RUNTIME_DIRECTORY", "/run/gputuned"},
                                   {"STATE_DIRECTORY", "/var/lib/gputuned"}});
