@@ -61,37 +61,49 @@ std::map<std::string, v1::Entry> EntriesOf(Client& client) {
   return out;
 }
 
-TEST_CASE(
-    "a TunableOp file imports as tunableop entries and exports back "
-    "byte for byte") {
-  DaemonProcess daemon({"--backend=none"});
+// Imports `text` (a file of `format` with three rows) into `daemon`, checks
+// the entries, exports them to `out` and checks the bytes are `text`'s.
+std::map<std::string, v1::Entry> RoundTrip(const DaemonProcess& daemon,
+                                           const std::string& format,
+                                           const std::string& text,
+                                           const std::string& out) {
   auto client = ClientOf(daemon);
-  const std::string in = daemon.dir() + "/tunableop_results0.csv";
-  const std::string out = daemon.dir() + "/exported0.csv";
-  Spit(in, TunableOpFile("2.5.0"));
-  CtlResult imported = RunCtl(daemon, {"import", "--format=tunableop", in});
+  const std::string in = out + ".in";
+  Spit(in, text);
+  CtlResult imported = RunCtl(daemon, {"import", "--format=" + format, in});
   INFO(imported.err);
   REQUIRE(imported.exit_code == kExitOk);
   REQUIRE(imported.out.find("imported 3 entries") != std::string::npos);
   std::map<std::string, v1::Entry> entries = EntriesOf(*client);
   REQUIRE(entries.size() == 3);
-  for (const auto& [text, e] : entries) {
-    REQUIRE(e.key().custom().op() == "tunableop");
+  for (const auto& [key, e] : entries) {
+    REQUIRE(e.key().custom().op() == format);
     REQUIRE(e.source() == v1::SOURCE_IMPORTED);
     // The versions are the candidate set: one for the whole file.
     REQUIRE(e.key().candidate_set() ==
             entries.begin()->second.key().candidate_set());
-    REQUIRE(e.key().candidate_set().rfind("tunableop:", 0) == 0);
+    REQUIRE(e.key().candidate_set().rfind(format + ":", 0) == 0);
   }
+  CtlResult exported = RunCtl(daemon, {"export", "--format=" + format, out});
+  INFO(exported.err);
+  REQUIRE(exported.exit_code == kExitOk);
+  REQUIRE(Slurp(out) == text);
+  REQUIRE(!std::filesystem::exists(out + ".partial"));
+  return entries;
+}
+
+TEST_CASE(
+    "a TunableOp file imports as tunableop entries and exports back "
+    "byte for byte") {
+  DaemonProcess daemon({"--backend=none"});
+  auto client = ClientOf(daemon);
+  const std::string out = daemon.dir() + "/exported0.csv";
+  std::map<std::string, v1::Entry> entries =
+      RoundTrip(daemon, "tunableop", TunableOpFile("2.5.0"), out);
   const v1::Entry& half = entries.at(
       "tunableop/GemmTunableOp_Half_TN,tn_4096_1024_4096_ld_4096_4096_4096@" +
       entries.begin()->second.key().candidate_set());
   REQUIRE(half.chosen_time().nanos() == 361234);
-  CtlResult exported = RunCtl(daemon, {"export", "--format=tunableop", out});
-  INFO(exported.err);
-  REQUIRE(exported.exit_code == kExitOk);
-  REQUIRE(Slurp(out) == TunableOpFile("2.5.0"));
-  REQUIRE(!std::filesystem::exists(out + ".partial"));
   // Importing what was exported changes nothing.
   REQUIRE(RunCtl(daemon, {"import", "--format=tunableop", out}).exit_code ==
           kExitOk);
@@ -192,6 +204,90 @@ TEST_CASE("a TunableOp file without its versions is refused whole") {
   REQUIRE(RunCtl(daemon, {"import", "--format=tunableop", file}).exit_code ==
           kExitInvalid);
   REQUIRE(EntriesOf(*client).empty());
+}
+
+// What AutoTunerProfilingCache.save_cache writes (TensorRT-LLM's
+// autotuner.py: json.dump(indent=2, default=str)), here printed by Python's
+// json.dumps with cache_data in key order: str(key tuple) -> runner_id,
+// tactic (an int, or a tuple written as a list), min_time (ms, a float).
+std::string TrtllmFile(const std::string& lib_version) {
+  std::string text = R"json({
+  "metadata": {
+    "lib_version": "1.0.0rc2",
+    "creation_timestamp": 1733280000.123456,
+    "device_name": "NVIDIA H200",
+    "device_capability": [
+      9,
+      0
+    ]
+  },
+  "cache_data": {
+    "('trtllm::fp4_gemm', 'FP4GemmRunner', -3318523418396282463, ((128, 4096), (14336, 2048)))": {
+      "runner_id": 0,
+      "tactic": 42,
+      "min_time": 0.0123456
+    },
+    "('trtllm::fused_moe', 'MoERunner', 7120362744710000641, ((64, 7168), (256, 7168), (64, 8)))": {
+      "runner_id": 0,
+      "tactic": -1,
+      "min_time": 2.0
+    },
+    "('trtllm::fused_moe', 'MoERunner', 7120362744710000641, ((8, 7168), (256, 7168), (8, 8)))": {
+      "runner_id": 1,
+      "tactic": [
+        128,
+        256,
+        1
+      ],
+      "min_time": 1e-05
+    }
+  }
+})json";
+  const std::string from = "\"1.0.0rc2\"";
+  text.replace(text.find(from), from.size(), "\"" + lib_version + "\"");
+  return text;
+}
+
+TEST_CASE(
+    "a TensorRT-LLM cache imports as trtllm entries and exports back "
+    "byte for byte") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string out = daemon.dir() + "/exported.rank0.json";
+  RoundTrip(daemon, "trtllm", TrtllmFile("1.0.0rc2"), out);
+
+  // Another TensorRT-LLM version's file is not given these entries.
+  const std::string newer = daemon.dir() + "/newer.json";
+  Spit(newer,
+       "{\"metadata\": {\"lib_version\": \"1.1.0\", "
+       "\"creation_timestamp\": 1.0, \"device_name\": \"NVIDIA H200\", "
+       "\"device_capability\": [9, 0]}, \"cache_data\": {}}");
+  CtlResult none = RunCtl(
+      daemon, {"export", "--format=trtllm", "--match=" + newer, out + "2"});
+  REQUIRE(none.exit_code == kExitNotFound);
+  REQUIRE(!std::filesystem::exists(out + "2"));
+}
+
+TEST_CASE("bad TensorRT-LLM entries are reported by line") {
+  DaemonProcess daemon({"--backend=none"});
+  auto client = ClientOf(daemon);
+  const std::string file = daemon.dir() + "/damaged.json";
+  std::string text = TrtllmFile("1.0.0rc2");
+  // The second entry's min_time becomes a string: reported at its key (line
+  // 17).
+  const std::string from = "\"min_time\": 2.0";
+  text.replace(text.find(from), from.size(), "\"min_time\": \"fast\"");
+  Spit(file, text);
+  CtlResult refused = RunCtl(daemon, {"import", "--format=trtllm", file});
+  REQUIRE(refused.exit_code == kExitInvalid);
+  REQUIRE(refused.err.find(file + ":17: min_time") != std::string::npos);
+  REQUIRE(EntriesOf(*client).empty());
+  REQUIRE(RunCtl(daemon, {"import", "--format=trtllm", "--skip-bad", file})
+              .exit_code == kExitOk);
+  REQUIRE(EntriesOf(*client).size() == 2);
+  Spit(file, "{\"cache_data\": {}}");
+  CtlResult no_metadata = RunCtl(daemon, {"import", "--format=trtllm", file});
+  REQUIRE(no_metadata.exit_code == kExitInvalid);
+  REQUIRE(no_metadata.err.find("\"metadata\"") != std::string::npos);
 }
 
 }  // namespace
