@@ -451,6 +451,50 @@ int LineOf(absl::string_view text, absl::string_view key) {
          static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
 }
 
+// A digest of `s` that does not depend on protobuf's map order: Python's
+// JSON of it with every object's keys sorted.
+std::string CanonicalDigest(const pb::Struct& s) {
+  pb::Value v;
+  *v.mutable_struct_value() = s;
+  std::string text;
+  PythonJson(v, 0, "", &text);
+  return Digest(text);
+}
+
+// An entry of a JSON format's op for cache key `params`: the file's
+// metadata and the key's value kept in Execution.data, to be written back.
+v1::Entry JsonEntry(absl::string_view op, const std::string& params,
+                    const std::string& candidate_set,
+                    const pb::Struct& metadata, const pb::Value& value) {
+  pb::Struct data;
+  *(*data.mutable_fields())["metadata"].mutable_struct_value() = metadata;
+  (*data.mutable_fields())["value"] = value;
+  v1::Entry entry;
+  entry.mutable_key()->mutable_custom()->set_op(std::string(op));
+  entry.mutable_key()->mutable_custom()->set_params(params);
+  entry.mutable_key()->set_candidate_set(candidate_set);
+  entry.mutable_execution()->set_kernel(std::string(op));
+  entry.mutable_execution()->set_data(CompactJson(data));
+  entry.set_source(v1::SOURCE_IMPORTED);
+  return entry;
+}
+
+// The metadata and value a JsonEntry keeps; INVALID_ARGUMENT for an entry
+// that no import of `op` made.
+absl::StatusOr<std::pair<pb::Struct, pb::Value>> JsonEntryData(
+    absl::string_view op, const v1::Entry& e) {
+  absl::StatusOr<pb::Struct> data = ParseStruct(e.execution().data());
+  const auto* fields = data.ok() ? &data->fields() : nullptr;
+  if (fields == nullptr || !fields->count("metadata") ||
+      !fields->at("metadata").has_struct_value() || !fields->count("value")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry ", e.key().custom().params(),
+                     ": execution data is not a ", op, " import's"));
+  }
+  return std::make_pair(fields->at("metadata").struct_value(),
+                        fields->at("value"));
+}
+
 absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
                                     absl::string_view name) {
   absl::StatusOr<pb::Struct> root = ParseStruct(text);
@@ -486,8 +530,7 @@ absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
     (*identity.mutable_fields())[std::string(k)] = it->second;
   }
   ToolFile file;
-  file.candidate_set =
-      absl::StrCat(kTrtllm, ":", Digest(CompactJson(identity)));
+  file.candidate_set = absl::StrCat(kTrtllm, ":", CanonicalDigest(identity));
   // Rows in key order (the file's order is Python's insertion order, which
   // protobuf's map does not keep).
   std::vector<std::string> keys;
@@ -525,21 +568,12 @@ absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
       bad("min_time must be a duration in milliseconds");
       continue;
     }
-    pb::Struct data;
-    (*data.mutable_fields())["metadata"].mutable_struct_value()->CopyFrom(
-        *metadata);
-    (*data.mutable_fields())["value"] = value;
-    v1::Entry entry;
-    entry.mutable_key()->mutable_custom()->set_op(std::string(kTrtllm));
-    entry.mutable_key()->mutable_custom()->set_params(k);
-    entry.mutable_key()->set_candidate_set(file.candidate_set);
-    entry.mutable_execution()->set_kernel(std::string(kTrtllm));
+    v1::Entry entry =
+        JsonEntry(kTrtllm, k, file.candidate_set, *metadata, value);
     (*entry.mutable_execution()->mutable_params())["runner_id"] =
         static_cast<int32_t>(runner->second.number_value());
-    entry.mutable_execution()->set_data(CompactJson(data));
     *entry.mutable_chosen_time() =
         ToProto(absl::Microseconds(time->second.number_value() * 1e3));
-    entry.set_source(v1::SOURCE_IMPORTED);
     if (absl::Status s = ValidateEntry(entry, "entry"); !s.ok()) {
       bad(s.message());
       continue;
@@ -553,21 +587,12 @@ absl::StatusOr<std::string> WriteTrtllm(const std::vector<v1::Entry>& entries) {
   pb::Struct metadata;
   pb::Struct cache_data;
   for (const v1::Entry& e : entries) {
-    absl::StatusOr<pb::Struct> data = ParseStruct(e.execution().data());
-    const auto* fields = data.ok() ? &data->fields() : nullptr;
-    if (fields == nullptr || !fields->count("metadata") ||
-        !fields->at("metadata").has_struct_value() || !fields->count("value")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry ", e.key().custom().params(),
-                       ": execution data is not a trtllm import's"));
-    }
+    auto data = JsonEntryData(kTrtllm, e);
+    if (!data.ok()) return data.status();
     // The first entry's metadata (its creation_timestamp too): entries of
     // one candidate set agree on the rest.
-    if (metadata.fields().empty()) {
-      metadata = fields->at("metadata").struct_value();
-    }
-    (*cache_data.mutable_fields())[e.key().custom().params()] =
-        fields->at("value");
+    if (metadata.fields().empty()) metadata = data->first;
+    (*cache_data.mutable_fields())[e.key().custom().params()] = data->second;
   }
   std::string out = "{\n  \"metadata\": ";
   PythonObject(metadata, KeyOrder(metadata, kTrtllmMetadataOrder), 1, &out);
@@ -590,11 +615,101 @@ absl::StatusOr<std::string> WriteTrtllm(const std::vector<v1::Entry>& entries) {
   return out;
 }
 
+// --- FlashInfer autotuner, v1 (one JSON file) -----------------------------
+//
+// AutoTuner.save_configs (flashinfer/autotuner.py) writes json.dump(indent=2)
+// of {"_metadata": _collect_metadata(), then, in sorted order,
+// str((custom_op, runner class, profile)): [runner class, tactic]};
+// load_configs skips the whole file when a metadata field differs from the
+// running environment's (or is not "*").
+
+constexpr absl::string_view kFlashinferV1 = "flashinfer-v1";
+constexpr absl::string_view kFlashinferMetadataOrder[] = {
+    "flashinfer_version", "cuda_version",           "cublas_version",
+    "cudnn_version",      "cudnn_frontend_version", "gpu"};
+
+absl::StatusOr<ToolFile> ReadFlashinferV1(absl::string_view text,
+                                          absl::string_view name) {
+  absl::StatusOr<pb::Struct> root = ParseStruct(text);
+  if (!root.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not a FlashInfer autotuner cache (JSON): ",
+                     root.status().message()));
+  }
+  auto meta = root->fields().find("_metadata");
+  if (meta == root->fields().end() || !meta->second.has_struct_value() ||
+      meta->second.struct_value().fields().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name,
+        ": no \"_metadata\" object: the FlashInfer, CUDA and library "
+        "versions the configs were tuned for are unknown, nothing was "
+        "imported"));
+  }
+  const pb::Struct& metadata = meta->second.struct_value();
+  ToolFile file;
+  file.candidate_set =
+      absl::StrCat(kFlashinferV1, ":", CanonicalDigest(metadata));
+  std::vector<std::string> keys;
+  for (const auto& [k, unused] : root->fields()) {
+    if (k != "_metadata") keys.push_back(k);
+  }
+  std::sort(keys.begin(), keys.end());
+  for (const std::string& k : keys) {
+    const pb::Value& value = root->fields().at(k);
+    const bool pair = value.has_list_value() &&
+                      value.list_value().values_size() == 2 &&
+                      value.list_value().values(0).has_string_value() &&
+                      !value.list_value().values(0).string_value().empty();
+    if (!pair) {
+      file.bad_rows.push_back(
+          absl::StrCat(name, ":", LineOf(text, k),
+                       ": expected [runner class name, tactic]"));
+      continue;
+    }
+    v1::Entry entry =
+        JsonEntry(kFlashinferV1, k, file.candidate_set, metadata, value);
+    entry.set_reason(absl::StrCat("imported from a FlashInfer cache: runner ",
+                                  value.list_value().values(0).string_value()));
+    if (absl::Status s = ValidateEntry(entry, "entry"); !s.ok()) {
+      file.bad_rows.push_back(
+          absl::StrCat(name, ":", LineOf(text, k), ": ", s.message()));
+      continue;
+    }
+    file.entries.push_back(std::move(entry));
+  }
+  return file;
+}
+
+absl::StatusOr<std::string> WriteFlashinferV1(
+    const std::vector<v1::Entry>& entries) {
+  pb::Struct root;
+  pb::Struct metadata;
+  std::vector<std::string> keys;
+  for (const v1::Entry& e : entries) {
+    auto data = JsonEntryData(kFlashinferV1, e);
+    if (!data.ok()) return data.status();
+    if (metadata.fields().empty()) metadata = data->first;
+    keys.push_back(e.key().custom().params());
+    (*root.mutable_fields())[keys.back()] = data->second;
+  }
+  // FlashInfer sorts the keys; "_metadata" comes first.
+  std::sort(keys.begin(), keys.end());
+  std::string out = "{\n  \"_metadata\": ";
+  PythonObject(metadata, KeyOrder(metadata, kFlashinferMetadataOrder), 1, &out);
+  for (const std::string& k : keys) {
+    absl::StrAppend(&out, ",\n  ", PythonString(k), ": ");
+    PythonJson(root.fields().at(k), 1, "", &out);
+  }
+  out += "\n}";
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ToolFormats() {
   static const auto* formats = new std::vector<std::string>{
-      std::string(kTunableOp), std::string(kTrtllm)};
+      std::string(kTunableOp), std::string(kTrtllm),
+      std::string(kFlashinferV1)};
   return *formats;
 }
 
@@ -603,6 +718,7 @@ absl::StatusOr<ToolFile> ReadToolFile(absl::string_view format,
                                       absl::string_view name) {
   if (format == kTunableOp) return ReadTunableOp(text, name);
   if (format == kTrtllm) return ReadTrtllm(text, name);
+  if (format == kFlashinferV1) return ReadFlashinferV1(text, name);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown format '", format, "'"));
 }
@@ -611,6 +727,7 @@ absl::StatusOr<std::string> WriteToolFile(
     absl::string_view format, const std::vector<v1::Entry>& entries) {
   if (format == kTunableOp) return WriteTunableOp(entries);
   if (format == kTrtllm) return WriteTrtllm(entries);
+  if (format == kFlashinferV1) return WriteFlashinferV1(entries);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown format '", format, "'"));
 }

@@ -290,5 +290,81 @@ TEST_CASE("bad TensorRT-LLM entries are reported by line") {
   REQUIRE(no_metadata.err.find("\"metadata\"") != std::string::npos);
 }
 
+// What AutoTuner.save_configs writes (FlashInfer's autotuner.py:
+// json.dump(indent=2) of "_metadata" then the configs in sorted key order:
+// str((custom_op, runner class, profile)) -> [runner class, tactic]), here
+// printed by Python's json.dumps.
+std::string FlashinferV1File(const std::string& version) {
+  std::string text = R"json({
+  "_metadata": {
+    "flashinfer_version": "0.4.1",
+    "cuda_version": "12.8",
+    "cublas_version": "12.8.4",
+    "cudnn_version": "91002",
+    "cudnn_frontend_version": "1.14.1",
+    "gpu": "NVIDIA H200"
+  },
+  "('flashinfer::trtllm_fp4_block_scale_moe', 'TrtllmGenFusedMoELauncher', ((512, 7168), (512, 256), (8,)))": [
+    "TrtllmGenFusedMoELauncher",
+    [
+      256,
+      17
+    ]
+  ],
+  "('fp4_gemm', 'CudnnFp4GemmRunner', ((64, 4096), (4096, 2048), (64, -1)))": [
+    "CudnnFp4GemmRunner",
+    3
+  ],
+  "('fp4_gemm', 'CutlassFp4GemmRunner', ((128, 4096), (4096, 2048), (128, -1)))": [
+    "CutlassFp4GemmRunner",
+    -1
+  ]
+})json";
+  const std::string from = "\"0.4.1\"";
+  text.replace(text.find(from), from.size(), "\"" + version + "\"");
+  return text;
+}
+
+TEST_CASE("a FlashInfer v1 cache imports and exports back byte for byte") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string out = daemon.dir() + "/flashinfer.json";
+  RoundTrip(daemon, "flashinfer-v1", FlashinferV1File("0.4.1"), out);
+  // Another FlashInfer version's file is not given these entries.
+  const std::string newer = daemon.dir() + "/newer.json";
+  std::string text = FlashinferV1File("0.5.0");
+  Spit(newer, text.substr(0, text.find("},") + 1) + "\n}");
+  CtlResult none = RunCtl(daemon, {"export", "--format=flashinfer-v1",
+                                   "--match=" + newer, out + "2"});
+  INFO(none.err);
+  REQUIRE(none.exit_code == kExitNotFound);
+  REQUIRE(RunCtl(daemon, {"export", "--format=flashinfer-v1",
+                          "--match=" + out + ".in", out + "3"})
+              .exit_code == kExitOk);
+  REQUIRE(Slurp(out + "3") == FlashinferV1File("0.4.1"));
+}
+
+TEST_CASE("bad FlashInfer v1 configs are reported by line") {
+  DaemonProcess daemon({"--backend=none"});
+  auto client = ClientOf(daemon);
+  const std::string file = daemon.dir() + "/damaged.json";
+  std::string text = FlashinferV1File("0.4.1");
+  // The cuDNN config (its key on line 17) loses its runner name.
+  const std::string from = "\"CudnnFp4GemmRunner\",\n    3";
+  text.replace(text.find(from), from.size(), "3");
+  Spit(file, text);
+  CtlResult refused =
+      RunCtl(daemon, {"import", "--format=flashinfer-v1", file});
+  REQUIRE(refused.exit_code == kExitInvalid);
+  REQUIRE(
+      refused.err.find(file + ":17: expected [runner class name, tactic]") !=
+      std::string::npos);
+  REQUIRE(EntriesOf(*client).empty());
+  Spit(file, "{\"k\": [\"R\", 1]}");
+  CtlResult no_metadata =
+      RunCtl(daemon, {"import", "--format=flashinfer-v1", file});
+  REQUIRE(no_metadata.exit_code == kExitInvalid);
+  REQUIRE(no_metadata.err.find("no \"_metadata\"") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace gputune::testing
