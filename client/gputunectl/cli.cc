@@ -95,7 +95,9 @@ std::vector<CommandSpec> MakeCommands() {
           "provenance, one gputune.v1.Entry in protobuf JSON per line. FILE is "
           "written next to itself and renamed, so a failed export leaves "
           "nothing "
-          "behind.",
+          "behind. With --format, writes a tuner's own cache file instead: "
+          "the entries of that format's op for one tool version "
+          "(docs/integrations.md).",
           {kOp,
            kPhase,
            kRole,
@@ -111,7 +113,9 @@ std::vector<CommandSpec> MakeCommands() {
           "Reads an export and imports every entry, replacing those with the "
           "same keys. Every line is checked first: nothing is imported if one "
           "is "
-          "bad. It first says which daemon it acts on.",
+          "bad. It first says which daemon it acts on. With --format, reads a "
+          "tuner's own cache file: bad rows are listed by line and refuse the "
+          "import unless --skip-bad.",
           {kFormat,
            {"skip-bad",
             "",
