@@ -16,7 +16,7 @@ check=${GPUTUNE_CHECK:-1}
 fuzz_seconds=${GPUTUNE_FUZZ_SECONDS:-30}
 check_dir=$root/build-check
 san_logs=$check_dir/sanitizer-logs
-fuzzers=(key_text entry_lines config_file resp_reader)
+fuzzers=(key_text entry_lines tool_file config_file resp_reader)
 
 timings=()
 print_timings() {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/gputunectl/tool_formats.h"
 
 namespace gputune::ctl {
 namespace {
@@ -37,6 +38,11 @@ std::vector<CommandSpec> MakeCommands() {
       "role", "ROLE", "only entries of this role (e.g. attn.qkv)", {}};
   const FlagSpec kState{
       "state", "STATE", "only HIT or only STALE entries", {"hit", "stale"}};
+  // A file-based tuner's cache format (export/import).
+  const FlagSpec kFormat{"format", "F",
+                         "read/write a tuner's own cache file format instead "
+                         "of JSON lines (docs/integrations.md)",
+                         ToolFormats()};
   return {
       Cmd("status", "", "the daemon: device, database, claims, queue",
           "Shows which daemon answers (version, socket, uptime), its backend "
@@ -89,14 +95,33 @@ std::vector<CommandSpec> MakeCommands() {
           "provenance, one gputune.v1.Entry in protobuf JSON per line. FILE is "
           "written next to itself and renamed, so a failed export leaves "
           "nothing "
-          "behind.",
-          {kOp, kPhase, kRole, kState}, false, "file"),
+          "behind. With --format, writes a tuner's own cache file instead: "
+          "the entries of that format's op for one tool version "
+          "(docs/integrations.md).",
+          {kOp,
+           kPhase,
+           kRole,
+           kState,
+           kFormat,
+           {"match",
+            "FILE",
+            "with --format: only the entries of the tool versions of FILE (a "
+            "cache file of the format, or just its metadata)",
+            {}}},
+          false, "file"),
       Cmd("import", "FILE", "entries from an export ('-': stdin)",
           "Reads an export and imports every entry, replacing those with the "
           "same keys. Every line is checked first: nothing is imported if one "
           "is "
-          "bad. It first says which daemon it acts on.",
-          {},
+          "bad. It first says which daemon it acts on. With --format, reads a "
+          "tuner's own cache file: bad rows are listed by line and refuse the "
+          "import unless --skip-bad.",
+          {kFormat,
+           {"skip-bad",
+            "",
+            "with --format: import the rows that parse, skipping those that "
+            "do not (each is reported by line)",
+            {}}},
           /*names_daemon=*/true, "file"),
       Cmd("claim", "KEY", "hold a key: nobody tunes it until the lease ends",
           "Claims KEY for --ttl. The claim outlives gputunectl: nobody renews "

@@ -2,15 +2,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "client/gputunectl/commands.h"
 #include "client/gputunectl/entry_io.h"
 #include "client/gputunectl/table.h"
+#include "client/gputunectl/tool_formats.h"
 #include "daemon/fleet/fleet_store.h"
 #include "proto/fingerprint.h"
 #include "proto/key_format.h"
@@ -28,8 +31,10 @@ constexpr size_t kImportChunkBytes = 32 << 20;
 // (empty after the last page).
 absl::StatusOr<std::string> ForEachPage(
     Context& ctx, bool all, bool with_measurements, int page_size,
-    const std::function<void(v1::ListEntriesResponse&)>& fn) {
-  absl::StatusOr<v1::EntryFilter> filter = FilterFromFlags(ctx.cl);
+    const std::function<void(v1::ListEntriesResponse&)>& fn,
+    const v1::EntryFilter* forced_filter = nullptr) {
+  absl::StatusOr<v1::EntryFilter> filter =
+      forced_filter != nullptr ? *forced_filter : FilterFromFlags(ctx.cl);
   if (!filter.ok()) return filter.status();
   v1::ListEntriesRequest request;
   *request.mutable_filter() = *filter;
@@ -53,6 +58,211 @@ absl::StatusOr<std::string> ForEachPage(
     }
     request.set_page_token(page->next_page_token());
   }
+}
+
+// Imports `entries` (validated already) and returns how many went in; on
+// failure the message (and how far it got) was printed.
+absl::StatusOr<size_t> ImportAll(Context& ctx,
+                                 const std::vector<v1::Entry>& all) {
+  const std::vector<v1::Entry>* entries = &all;
+  // Usually one request (all or nothing in the daemon). Larger files go in
+  // several; every entry was validated above, so the daemon refusing a later
+  // one is unexpected, and the message says how far it got.
+  size_t imported = 0;
+  size_t start = 0;
+  while (start < entries->size()) {
+    size_t end = start;
+    size_t bytes = 0;
+    while (end < entries->size() && end - start < kImportChunkEntries &&
+           (end == start ||
+            bytes + (*entries)[end].ByteSizeLong() < kImportChunkBytes)) {
+      bytes += (*entries)[end].ByteSizeLong();
+      ++end;
+    }
+    absl::StatusOr<uint32_t> n =
+        ctx.client.ImportEntries(std::vector<v1::Entry>(
+            entries->begin() + start, entries->begin() + end));
+    if (!n.ok()) {
+      ctx.err << "gputunectl: import: " << n.status().message() << "\n"
+              << (imported == 0
+                      ? std::string("nothing was imported")
+                      : absl::StrCat("the first ", imported,
+                                     " entries were imported, the other ",
+                                     entries->size() - imported,
+                                     " not: fix the cause and import the "
+                                     "whole file again (entries are "
+                                     "replaced)"))
+              << "\n";
+      return n.status();
+    }
+    imported += *n;
+    start = end;
+  }
+  return imported;
+}
+
+int PrintImported(Context& ctx, size_t imported, const std::string& path) {
+  if (ctx.json) {
+    v1::ImportEntriesResponse response;
+    response.set_imported(static_cast<uint32_t>(imported));
+    ctx.out << ToJson(response, /*pretty=*/false) << "\n";
+  } else {
+    ctx.out << "imported " << imported
+            << (imported == 1 ? " entry" : " entries") << " from " << path
+            << "\n";
+  }
+  return kExitOk;
+}
+
+// A tool's cache file is read whole; larger ones are refused (a TunableOp
+// row is ~100 bytes: this is millions of entries).
+constexpr size_t kMaxToolFileBytes = 256 << 20;
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxToolFileBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": larger than ", kMaxToolFileBytes >> 20, " MiB: not read"));
+    }
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return text;
+}
+
+// Writes `text` to `path` next to itself (path.partial), syncs it and renames
+// it: readers see the old file or the whole new one.
+absl::Status WriteAtomically(const std::string& path, absl::string_view text) {
+  const std::string tmp = path + ".partial";
+  const int fd =
+      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot write ", tmp, ": check the directory exists and is writable"));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = done == text.size() && fsync(fd) == 0;
+  close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(
+        "writing ", path, " failed (disk full?): nothing was exported"));
+  }
+  return absl::OkStatus();
+}
+
+// export --format: the entries of the format's op and one candidate set
+// (that of --match's file, or the only one there is), in the tool's format.
+int RunExportTool(Context& ctx, const std::string& format) {
+  const std::string& path = ctx.cl.args[0];
+  std::string want;  // candidate set; empty: the only one
+  if (ctx.cl.Has("match")) {
+    absl::StatusOr<std::string> text = ReadWhole(ctx.cl.Get("match"));
+    if (!text.ok()) return Fail(ctx, "export", text.status());
+    absl::StatusOr<ToolFile> like =
+        ReadToolFile(format, *text, ctx.cl.Get("match"));
+    if (!like.ok()) return Fail(ctx, "export --match", like.status());
+    want = like->candidate_set;
+  }
+  v1::EntryFilter filter;
+  filter.set_op(format);
+  std::map<std::string, std::vector<v1::Entry>> by_set;
+  absl::StatusOr<std::string> next = ForEachPage(
+      ctx, /*all=*/true, /*with_measurements=*/false, /*page_size=*/1000,
+      [&](v1::ListEntriesResponse& page) {
+        for (v1::Entry& e : *page.mutable_entries()) {
+          by_set[e.key().candidate_set()].push_back(std::move(e));
+        }
+      },
+      &filter);
+  if (!next.ok()) return Fail(ctx, "export", next.status());
+  if (want.empty() && by_set.size() > 1) {
+    std::string sets;
+    for (const auto& [set, entries] : by_set) {
+      absl::StrAppend(&sets, "\n  ", set, " (", entries.size(), " entries)");
+    }
+    return UsageError(
+        ctx, absl::StrCat("the daemon holds ", format,
+                          " entries of several tool versions: name the "
+                          "version with --match=FILE (a cache file the tool "
+                          "wrote, or just its metadata):",
+                          sets));
+  }
+  if (want.empty() && by_set.size() == 1) want = by_set.begin()->first;
+  auto found = by_set.find(want);
+  if (found == by_set.end()) {
+    ctx.err << "gputunectl: export: no " << format << " entries"
+            << (by_set.empty() ? "" : " for the versions of --match's file")
+            << ": nothing was written\n";
+    return kExitNotFound;
+  }
+  // Rows in key order, whatever order the daemon lists in: the same entries
+  // give the same bytes on every host.
+  std::sort(found->second.begin(), found->second.end(),
+            [](const v1::Entry& a, const v1::Entry& b) {
+              return a.key().custom().params() < b.key().custom().params();
+            });
+  absl::StatusOr<std::string> text = WriteToolFile(format, found->second);
+  if (!text.ok()) return Fail(ctx, "export", text.status());
+  if (path == "-") {
+    ctx.out << *text;
+    ctx.out.flush();
+  } else if (absl::Status s = WriteAtomically(path, *text); !s.ok()) {
+    return Fail(ctx, "export", s);
+  }
+  const size_t count = found->second.size();
+  ctx.err << "exported " << count << (count == 1 ? " entry" : " entries")
+          << " (" << want << ")" << (path == "-" ? "" : " to " + path) << "\n";
+  return kExitOk;
+}
+
+// import --format: every row of the tool's file, in one all-or-nothing
+// import; rows that do not parse are listed, and refuse the import unless
+// --skip-bad is given.
+int RunImportTool(Context& ctx, const std::string& format) {
+  const std::string& path = ctx.cl.args[0];
+  absl::StatusOr<std::string> text = ReadWhole(path);
+  if (!text.ok()) return Fail(ctx, "import", text.status());
+  absl::StatusOr<ToolFile> file =
+      ReadToolFile(format, *text, path == "-" ? "<stdin>" : path);
+  if (!file.ok()) {
+    ctx.err << "gputunectl: import: " << file.status().message()
+            << "\nnothing was imported\n";
+    return ExitCodeFor(file.status());
+  }
+  for (const std::string& bad : file->bad_rows) {
+    ctx.err << "gputunectl: import: " << bad << "\n";
+  }
+  if (!file->bad_rows.empty() && !ctx.cl.Has("skip-bad")) {
+    ctx.err << "gputunectl: import: " << file->bad_rows.size()
+            << " bad row(s): nothing was imported (--skip-bad imports the "
+               "others)\n";
+    return kExitInvalid;
+  }
+  if (file->entries.empty()) {
+    ctx.err << "gputunectl: import: no rows to import: nothing was imported\n";
+    return kExitInvalid;
+  }
+  absl::StatusOr<size_t> imported = ImportAll(ctx, file->entries);
+  if (!imported.ok()) return ExitCodeFor(imported.status());
+  if (!file->bad_rows.empty()) {
+    ctx.err << "gputunectl: import: skipped " << file->bad_rows.size()
+            << " bad row(s)\n";
+  }
+  return PrintImported(ctx, *imported, path);
 }
 
 }  // namespace
@@ -220,6 +430,18 @@ int RunExport(Context& ctx) {
   if (ctx.cl.args.size() != 1) {
     return UsageError(ctx, "export takes one FILE ('-' for stdout)");
   }
+  if (ctx.cl.Has("format")) {
+    if (ctx.cl.Has("op") || ctx.cl.Has("phase") || ctx.cl.Has("role") ||
+        ctx.cl.Has("state")) {
+      return UsageError(ctx,
+                        "export --format exports the format's own op: it "
+                        "takes no filter");
+    }
+    return RunExportTool(ctx, ctx.cl.Get("format"));
+  }
+  if (ctx.cl.Has("match")) {
+    return UsageError(ctx, "--match needs --format");
+  }
   const std::string& path = ctx.cl.args[0];
   const bool to_stdout = path == "-";
   // Written next to the target and renamed: a failed export leaves no
@@ -308,6 +530,10 @@ int RunImport(Context& ctx) {
   if (ctx.cl.args.size() != 1) {
     return UsageError(ctx, "import takes one FILE ('-' for stdin)");
   }
+  if (ctx.cl.Has("format")) return RunImportTool(ctx, ctx.cl.Get("format"));
+  if (ctx.cl.Has("skip-bad")) {
+    return UsageError(ctx, "--skip-bad needs --format");
+  }
   const std::string& path = ctx.cl.args[0];
   std::ifstream file;
   if (path != "-") {
@@ -324,49 +550,9 @@ int RunImport(Context& ctx) {
             << "\nnothing was imported\n";
     return ExitCodeFor(entries.status());
   }
-  // Usually one request (all or nothing in the daemon). Larger files go in
-  // several; every entry was validated above, so the daemon refusing a later
-  // one is unexpected, and the message says how far it got.
-  size_t imported = 0;
-  size_t start = 0;
-  while (start < entries->size()) {
-    size_t end = start;
-    size_t bytes = 0;
-    while (end < entries->size() && end - start < kImportChunkEntries &&
-           (end == start ||
-            bytes + (*entries)[end].ByteSizeLong() < kImportChunkBytes)) {
-      bytes += (*entries)[end].ByteSizeLong();
-      ++end;
-    }
-    absl::StatusOr<uint32_t> n =
-        ctx.client.ImportEntries(std::vector<v1::Entry>(
-            entries->begin() + start, entries->begin() + end));
-    if (!n.ok()) {
-      ctx.err << "gputunectl: import: " << n.status().message() << "\n"
-              << (imported == 0
-                      ? std::string("nothing was imported")
-                      : absl::StrCat("the first ", imported,
-                                     " entries were imported, the other ",
-                                     entries->size() - imported,
-                                     " not: fix the cause and import the "
-                                     "whole file again (entries are "
-                                     "replaced)"))
-              << "\n";
-      return ExitCodeFor(n.status());
-    }
-    imported += *n;
-    start = end;
-  }
-  if (ctx.json) {
-    v1::ImportEntriesResponse response;
-    response.set_imported(static_cast<uint32_t>(imported));
-    ctx.out << ToJson(response, /*pretty=*/false) << "\n";
-  } else {
-    ctx.out << "imported " << imported
-            << (imported == 1 ? " entry" : " entries") << " from " << path
-            << "\n";
-  }
-  return kExitOk;
+  absl::StatusOr<size_t> imported = ImportAll(ctx, *entries);
+  if (!imported.ok()) return ExitCodeFor(imported.status());
+  return PrintImported(ctx, *imported, path);
 }
 
 }  // namespace gputune::ctl
