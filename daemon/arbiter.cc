@@ -343,6 +343,13 @@ absl::StatusOr<Arbiter::Slot*> Arbiter::ActionableClaimLocked(
           "abandons it (it ends by itself, at the latest at the job's time "
           "limit)"));
     }
+    if (lease.kind == ClaimKind::kRedis) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "claim ", claim_id, " is held by a Redis front-door connection (",
+          lease.holder,
+          "): only that connection's SET records it, and it ends when the "
+          "connection closes"));
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("claim ", claim_id, " is not the daemon's own claim"));
   }

@@ -23,8 +23,9 @@
 //
 // Who may act on a claim (ClaimKind): a client's claim is renewed, recorded
 // and abandoned through the service (Authority checks which peer); the
-// daemon's own TuneDense claim only by its job (a client's Renew, Record or
-// Abandon of it is PERMISSION_DENIED, whoever sends it); a fleet stand-in
+// daemon's own TuneDense claim only by its job, and a Redis connection's
+// claim only by the Redis server (a client's Renew, Record or Abandon of
+// either is PERMISSION_DENIED, whoever sends it); a fleet stand-in
 // (the local lease that shows another daemon's fleet claim as PENDING) is
 // never a grant: Renew, Record and Abandon of it are FAILED_PRECONDITION
 // naming the holder. A client claim whose fleet claim was lost is fenced
@@ -91,6 +92,7 @@ enum class ClaimKind {
   kClient,   // a client's Claim through TuneService
   kDaemon,   // the daemon's own TuneDense job
   kStandIn,  // a fleet stand-in: another daemon holds the fleet claim
+  kRedis,    // a Redis front-door connection's (daemon/redis): its SET records
 };
 
 class Arbiter {

@@ -296,7 +296,7 @@ void RedisServer::Loop::Stop() {
   }
   for (auto& [id, conn] : conns_) {
     for (const auto& [key_id, claim] : conn->claims) {
-      (void)deps_.arbiter->Abandon(claim);
+      (void)deps_.arbiter->Abandon(claim, ClaimKind::kRedis);
       deps_.authority->Release(claim);
     }
     if (conn->read) {
@@ -511,7 +511,8 @@ void RedisServer::Loop::Close(Conn& c, absl::string_view why) {
   }
   for (const auto& [key_id, claim] : c.claims) {
     // The holder is gone: the next reader takes over now, not at the lease.
-    absl::StatusOr<Arbiter::AbandonResult> r = deps_.arbiter->Abandon(claim);
+    absl::StatusOr<Arbiter::AbandonResult> r =
+        deps_.arbiter->Abandon(claim, ClaimKind::kRedis);
     deps_.authority->Release(claim);
     if (r.ok()) {
       spdlog::info("redis connection {} closed holding {}: claim {} ended",
@@ -632,7 +633,7 @@ absl::Status RedisServer::Loop::PutPlain(
 absl::Status RedisServer::Loop::PutAsHolder(uint64_t claim_id,
                                             const v1::Entry& entry) {
   absl::StatusOr<Arbiter::RecordTicket> ticket =
-      deps_.arbiter->BeginRecord(claim_id);
+      deps_.arbiter->BeginRecord(claim_id, ClaimKind::kRedis);
   if (!ticket.ok()) return PutPlain({entry});  // the lease lapsed: a plain SET
   absl::Status s = deps_.fleet != nullptr ? deps_.fleet->PersistRecord(entry)
                                           : deps_.store->Put(entry);
@@ -801,7 +802,9 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
         if (c == nullptr || !c->read || c->read->serial != serial) {
           // Asked for a connection that is gone (or a read that ended):
           // nobody will SET it.
-          if (granted) (void)deps_.arbiter->Abandon(r->claim().claim_id());
+          if (granted)
+            (void)deps_.arbiter->Abandon(r->claim().claim_id(),
+                                         ClaimKind::kRedis);
           return;
         }
         PendingRead& read = *c->read;
@@ -849,9 +852,10 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
       }
     }
     if (deps_.fleet != nullptr) {
-      deps_.fleet->Claim(key, holder, ttl, answer);
+      deps_.fleet->Claim(key, holder, ttl, ClaimKind::kRedis,
+                         absl::InfiniteFuture(), answer);
     } else {
-      answer(deps_.arbiter->Claim(key, holder, ttl));
+      answer(deps_.arbiter->Claim(key, holder, ttl, ClaimKind::kRedis));
     }
   });
 }
@@ -960,7 +964,8 @@ void RedisServer::Loop::Set(Conn& c, RespCommand& args) {
             }
           }
           if ((nx && old) || (xx && !old)) {
-            if (claim_id != 0) (void)deps_.arbiter->Abandon(claim_id);
+            if (claim_id != 0)
+              (void)deps_.arbiter->Abandon(claim_id, ClaimKind::kRedis);
             if (!get) AppendNil(&reply);
             return reply;
           }

@@ -526,7 +526,7 @@ TEST_CASE("libgputune.so exports only the C API and namespace gputune") {
   REQUIRE(cxx > 20);
 }
 
-TEST_CASE("C: a stale-but-usable entry is said so; a plain STALE one is not") {
+TEST_CASE("C: a stale-but-usable entry is said so, a plain STALE one is not") {
   DaemonProcess daemon({"--backend=host", "--revalidate_idle=1h"});
   v1::Key key;
   key.mutable_custom()->set_op("my_attention");
@@ -551,7 +551,7 @@ TEST_CASE("C: a stale-but-usable entry is said so; a plain STALE one is not") {
   CHECK(gputune_result_stale_usable(r.get()) == 0);
 }
 
-TEST_CASE("C: follow_changes 0 keeps a deleted entry memoised; 1 drops it") {
+TEST_CASE("C: follow_changes 0 keeps a deleted entry memoised, 1 drops it") {
   DaemonProcess daemon({"--backend=none"});
   auto writer = CClient(daemon.endpoint());
   auto key = Key("follow/x=1@c1");

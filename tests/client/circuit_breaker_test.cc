@@ -71,7 +71,7 @@ TEST_CASE("a probe given up frees the slot and leaves the breaker open") {
   REQUIRE_FALSE(b.Admit().ok());
 }
 
-TEST_CASE("after the open time one probe goes through; success closes") {
+TEST_CASE("after the open time one probe goes through, success closes") {
   FakeClock clock;
   CircuitBreaker b({1, absl::Milliseconds(250), absl::Seconds(5)}, "d",
                    clock.fn());

@@ -119,7 +119,7 @@ TEST_CASE("a guard whose claim was voided by a daemon restart is lost") {
   REQUIRE(client->Lookup(key)->state() == v1::KEY_STATE_MISS);
 }
 
-TEST_CASE("an explicit abandon releases the claim; a moved guard moves it") {
+TEST_CASE("an explicit abandon releases the claim, a moved guard moves it") {
   DaemonProcess daemon({"--backend=none"});
   auto client = ClientOf(daemon);
   const v1::Key key = CustomKey("abandon=1");

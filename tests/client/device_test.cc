@@ -185,7 +185,7 @@ TEST_CASE("what cannot be resolved is refused with what to do") {
             ->gpu_uuid == kC);
 }
 
-TEST_CASE("without NVIDIA GPUs an index names gpuN.sock; endpoints win") {
+TEST_CASE("without NVIDIA GPUs an index names gpuN.sock, endpoints win") {
   const std::string sockets = TempDir();
   absl::StatusOr<DaemonTarget> plain = Find(2, "/nonexistent", sockets, {});
   REQUIRE(plain.ok());
@@ -340,7 +340,7 @@ TEST_CASE("two host daemons with distinct identities, a client for each") {
                        (std::string(kB) + ".sock")));
 }
 
-TEST_CASE("a daemon replaces a stale by-uuid link; host identities differ") {
+TEST_CASE("a daemon replaces a stale by-uuid link, host identities differ") {
   const std::string sockets = TempDir();
   fs::create_directories(fs::path(sockets) / "by-uuid");
   const fs::path link =

@@ -102,7 +102,7 @@ TEST_CASE("custom keys differ by op and params") {
   REQUIRE(memo.Find(b, &due) == nullptr);
 }
 
-TEST_CASE("a full memo makes room; capacity 0 disables it") {
+TEST_CASE("a full memo makes room, capacity 0 disables it") {
   Memo memo(32, absl::InfiniteDuration());
   for (uint32_t m = 1; m <= 1000; ++m) {
     memo.Put(Status(DenseKey(m), v1::KEY_STATE_HIT, "k"));

@@ -328,7 +328,7 @@ std::string ReadText(const std::string& path) {
 
 TEST_CASE(
     "host roles: a host publishes only as itself and cannot update, delete or "
-    "tombstone another host's rows; an operator role deletes fleet-wide; "
+    "tombstone another host's rows, an operator role deletes fleet-wide, "
     "entries show the role PostgreSQL vouches for") {
   GPUTUNE_REQUIRE_POSTGRES();
   PostgresServer pg;

@@ -129,6 +129,34 @@ TEST_CASE("an expired claim cannot Record even before anyone takes over") {
         absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE(
+    "the daemon's job's and a Redis connection's claims are acted on only by "
+    "their owner") {
+  Fixture f;
+  f.digest = FingerprintDigest(Fp("gpu"));
+  auto a = f.Make();
+  for (const ClaimKind kind : {ClaimKind::kDaemon, ClaimKind::kRedis}) {
+    absl::StatusOr<v1::ClaimResponse> r =
+        a->Claim(DenseKey(kind == ClaimKind::kDaemon ? 1 : 2), "owner",
+                 absl::ZeroDuration(), kind);
+    REQUIRE(r.ok());
+    REQUIRE(r->outcome() == v1::CLAIM_OUTCOME_GRANTED);
+    const uint64_t id = r->claim().claim_id();
+    // A client that read the id from GetStatus plants nothing.
+    CHECK(a->BeginRecord(id).status().code() ==
+          absl::StatusCode::kPermissionDenied);
+    CHECK(a->Renew(id, absl::ZeroDuration()).status().code() ==
+          absl::StatusCode::kPermissionDenied);
+    CHECK(a->Abandon(id).status().code() ==
+          absl::StatusCode::kPermissionDenied);
+    // The claim is untouched by those refusals: its owner records it.
+    absl::StatusOr<Arbiter::RecordTicket> t = a->BeginRecord(id, kind);
+    REQUIRE(t.ok());
+    a->CommitRecord(*t, EntryFor(t->key, Fp("gpu")));
+    CHECK(a->Lookup(t->key).state() == v1::KEY_STATE_HIT);
+  }
+}
+
 TEST_CASE("Renew extends a live lease past its first deadline") {
   Fixture f;
   auto a = f.Make();
@@ -208,7 +236,7 @@ TEST_CASE("an entry from another fingerprint is STALE") {
         v1::CLAIM_OUTCOME_GRANTED);
 }
 
-TEST_CASE("Abandon frees the key; repeated abandons trip BACKOFF") {
+TEST_CASE("Abandon frees the key, repeated abandons trip BACKOFF") {
   Fixture f;
   f.options.backoff_abandons = 3;
   f.options.backoff_window = absl::Minutes(1);
