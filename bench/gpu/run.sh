@@ -216,6 +216,17 @@ if want daemon && [ -x .carry/bin/gputuned ] && [ $((DEADLINE - SECONDS)) -gt 20
         ctl tune "$key" && ctl get "$key"
       done
       ctl list
+      # The daemon found by its GPU's identity (docs/operations.md, "Finding
+      # a daemon by GPU UUID"): by nvidia-smi's UUID through the by-uuid
+      # link, and by device index through NVML or /proc/driver/nvidia, the
+      # paths no CPU machine can run.
+      uuid=$(within 30 nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | head -n 1)
+      for how in "--gpu=$uuid" "--device=0"; do
+        echo "=== gputunectl $how status (sockets in $RUN_TMP)"
+        within 30 env LD_LIBRARY_PATH="$carried_path" GPUTUNE_SOCKET_DIR="$RUN_TMP" \
+          .carry/bin/gputunectl "$how" status || status=1
+      done
+      ls -l "$RUN_TMP/by-uuid" || status=1
     } >>"$OUT_DIR/daemon.log" 2>&1 || status=1
     tail -30 "$OUT_DIR/daemon.log"
   else
