@@ -206,6 +206,10 @@ const std::vector<Option>& Options() {
           "lease of a fleet claim (renewed while tuning; a holder silent "
           "this long is taken over)",
           &Config::fleet_lease_ttl),
+      Dur("fleet_claim_timeout",
+          "a fleet claim's round trip at most; past it (a slow or stopped "
+          "PostgreSQL) Claims are decided locally for a while",
+          &Config::fleet_claim_timeout),
       Dur("fleet_poll_interval",
           "how often the fleet feed is read when no NOTIFY came",
           &Config::fleet_poll_interval),
@@ -374,6 +378,11 @@ absl::StatusOr<Config> ParseConfig(
     return absl::InvalidArgumentError(
         "--tls_cert_file and --tls_key_file go together: give both or "
         "neither");
+  }
+  if (config.fleet_claim_timeout < absl::Milliseconds(100) ||
+      config.fleet_claim_timeout > absl::Minutes(1)) {
+    return absl::InvalidArgumentError(
+        "--fleet_claim_timeout: must lie within 100ms..1m");
   }
   if (config.fleet_lease_ttl < absl::Milliseconds(300)) {
     return absl::InvalidArgumentError(

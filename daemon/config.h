@@ -94,6 +94,9 @@ struct Config {
   std::string fleet;
   absl::Duration fleet_lease_ttl = absl::Seconds(30);     // fleet claim lease
   absl::Duration fleet_poll_interval = absl::Seconds(1);  // feed without NOTIFY
+  // A fleet claim's round trip at most; past it the Claim is decided locally
+  // (under libgputune's 2 s default deadline, so clients never wait it out).
+  absl::Duration fleet_claim_timeout = absl::Seconds(1);
   int fleet_outbox_limit = 100000;  // records waiting to be published, at most
 
   // Server.

@@ -389,6 +389,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       fleet_options.conninfo = config.fleet;
       fleet_options.lease_ttl = config.fleet_lease_ttl;
       fleet_options.poll_interval = config.fleet_poll_interval;
+      fleet_options.claim_timeout = config.fleet_claim_timeout;
       fleet_options.outbox_limit =
           static_cast<uint64_t>(config.fleet_outbox_limit);
       absl::StatusOr<std::unique_ptr<fleet::FleetLink>> link =

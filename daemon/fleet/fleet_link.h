@@ -75,7 +75,7 @@ struct FleetOptions {
   // Bound on a fleet claim's round trip (the claim connection's statement
   // timeout, and how long its answer is waited for): under the client
   // library's default deadline (2 s), so that a slow or stopped PostgreSQL
-  // turns into local claims before clients give up.
+  // turns into local claims before clients give up (--fleet_claim_timeout).
   absl::Duration claim_timeout = absl::Seconds(1);
   // Records the outbox holds at most (one per key); beyond, a Record is
   // kept locally only (counted in FleetStatus.outbox_overflow).

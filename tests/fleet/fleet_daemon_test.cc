@@ -440,7 +440,14 @@ TEST_CASE(
   CHECK(Bytes(GetEntry(a, key).execution()) ==
         Bytes(GetEntry(b, key).execution()));
   CHECK(GetEntry(a, key).fleet().instance() == b_instance);
-  CHECK(a.Log().find("superseded") != std::string::npos);
+  // Refused one of two ways, by timing: A's publish carries its lost fence
+  // and is superseded; or A's follower adopted B's entry while the job still
+  // ran, the keeper then let the fleet claim go (the key was no longer
+  // PENDING on it), and the unfenced publish meets B's canonical entry.
+  // (Seen under load, 3 runs in 6 with two busy loops beside.)
+  INFO("a's log:\n" << a.Log() << "\nb's log:\n" << b.Log());
+  CHECK((a.Log().find("superseded") != std::string::npos ||
+         a.Log().find("already has a canonical entry") != std::string::npos));
   REQUIRE(pg.Query("fence", canonical_query).size() == 1);
   CHECK(pg.Query("fence", canonical_query)[0][0] == b_instance);
 }

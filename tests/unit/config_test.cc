@@ -115,6 +115,10 @@ TEST_CASE("the fleet connection string comes from a flag or the config file") {
                      "--fleet=postgresql://db.example.net/fleet"});
   REQUIRE(flag.ok());
   CHECK(flag->fleet == "postgresql://db.example.net/fleet");
+  CHECK(Parse({"--fleet_claim_timeout=5s"})->fleet_claim_timeout ==
+        absl::Seconds(5));
+  CHECK(std::string(Parse({"--fleet_claim_timeout=10ms"}).status().message())
+            .find("--fleet_claim_timeout") != std::string::npos);
   CHECK(std::string(Parse({"--fleet_lease_ttl=100ms"}).status().message())
             .find("--fleet_lease_ttl") != std::string::npos);
   unlink(tmpl);
