@@ -1104,7 +1104,7 @@ int FreePort() {
 grpc::Status WaitForStatus(
     const std::string& target,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    v1::GetStatusResponse* resp) {
+    v1::GetStatusResponse* resp, pid_t daemon) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
@@ -1114,9 +1114,47 @@ grpc::Status WaitForStatus(
   for (int i = 0; i < 100; ++i) {
     s = GetStatus(*stub, resp, 1);
     if (s.ok()) return s;
+    if (waitpid(daemon, nullptr, WNOHANG) == daemon) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon exited");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return s;
+}
+
+// A daemon serving TCP on a port that was free a moment before.
+struct TcpDaemon {
+  pid_t pid = -1;  // -1 when the daemon exited (and was reaped)
+  int port = 0;
+  grpc::Status status;
+  v1::GetStatusResponse answer;
+  std::string log;  // the last attempt's
+};
+
+// Starts gputuned with `args_for(port)` on a free port and waits for its
+// GetStatus at `host`:port. A port found free can be taken by another
+// process's outgoing connection before the daemon binds it (the suites run
+// side by side, and the Redis and fleet tests open thousands of
+// connections): a daemon that exits is started again on another port, up
+// to 3 times.
+TcpDaemon ServeOnFreePort(
+    const std::function<std::vector<std::string>(int)>& args_for,
+    const std::string& log_prefix, const std::string& host,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  TcpDaemon d;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    d.port = FreePort();
+    const std::string log = log_prefix + std::to_string(attempt) + ".log";
+    d.pid = testing::SpawnGputuned(args_for(d.port), {}, log);
+    d.status = WaitForStatus(host + ":" + std::to_string(d.port), credentials,
+                             &d.answer, d.pid);
+    d.log = testing::ReadFile(log);
+    if (d.status.ok() || d.status.error_message() != "the daemon exited") {
+      break;
+    }
+    d.pid = -1;  // reaped by WaitForStatus
+  }
+  return d;
 }
 
 }  // namespace
@@ -1125,16 +1163,21 @@ TEST_CASE(
     "on loopback TCP the daemon serves and reports its port, but no peer is "
     "an operator") {
   DaemonProcess d({"--backend=none"});
-  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
-  const pid_t pid = testing::SpawnGputuned(
-      {"--listen=" + address, "--db=" + d.dir() + "/tcp.db", "--backend=none"},
-      {}, d.dir() + "/tcp.log");
-  v1::GetStatusResponse status;
-  const grpc::Status s =
-      WaitForStatus(address, grpc::InsecureChannelCredentials(), &status);
-  INFO(s.error_message());
-  CHECK(s.ok());
-  CHECK(status.listen_address() == address);
+  const TcpDaemon tcp = ServeOnFreePort(
+      [&](int port) {
+        return std::vector<std::string>{
+            "--listen=127.0.0.1:" + std::to_string(port),
+            "--db=" + d.dir() + "/tcp.db", "--backend=none"};
+      },
+      d.dir() + "/tcp", "127.0.0.1", grpc::InsecureChannelCredentials());
+  const std::string address = "127.0.0.1:" + std::to_string(tcp.port);
+  INFO(tcp.status.error_message() << "\n" << tcp.log);
+  if (!tcp.status.ok()) {
+    testing::SignalAndReap(tcp.pid, SIGKILL);
+    FAIL("the daemon did not answer on TCP");
+  }
+  const pid_t pid = tcp.pid;
+  CHECK(tcp.answer.listen_address() == address);
   v1::DeleteEntriesRequest all;
   all.set_all(true);
   v1::DeleteEntriesResponse deleted;
@@ -1158,21 +1201,25 @@ TEST_CASE("with TLS files a non-loopback TCP address is served over TLS") {
     WARN("skipped: openssl could not make a certificate: " << out);
     return;
   }
-  const int port = FreePort();
-  const pid_t pid = testing::SpawnGputuned(
-      {"--listen=0.0.0.0:" + std::to_string(port),
-       "--db=" + d.dir() + "/tls.db", "--backend=none",
-       "--tls_cert_file=" + cert, "--tls_key_file=" + key},
-      {}, d.dir() + "/tls.log");
   std::ifstream in(cert);
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in),
                             std::istreambuf_iterator<char>());
-  v1::GetStatusResponse status;
-  const grpc::Status s = WaitForStatus("localhost:" + std::to_string(port),
-                                       grpc::SslCredentials(ssl), &status);
-  INFO(s.error_message());
-  CHECK(s.ok());
+  const TcpDaemon tls = ServeOnFreePort(
+      [&](int port) {
+        return std::vector<std::string>{
+            "--listen=0.0.0.0:" + std::to_string(port),
+            "--db=" + d.dir() + "/tls.db", "--backend=none",
+            "--tls_cert_file=" + cert, "--tls_key_file=" + key};
+      },
+      d.dir() + "/tls", "localhost", grpc::SslCredentials(ssl));
+  INFO(tls.status.error_message() << "\n" << tls.log);
+  if (!tls.status.ok()) {
+    testing::SignalAndReap(tls.pid, SIGKILL);
+    FAIL("the daemon did not answer on TCP");
+  }
+  const pid_t pid = tls.pid;
+  const int port = tls.port;
   // Plain text is not served there.
   v1::GetStatusResponse plain;
   CHECK_FALSE(GetStatus(*v1::TuneService::NewStub(grpc::CreateChannel(
