@@ -1,9 +1,8 @@
 // FleetLink: one daemon's link to its fleet tier (gputuned --fleet=CONNINFO):
 // the outbox and its publisher, the change-feed follower, and fleet claims.
 // It implements FleetHooks, through which the job queue and the service
-// reach it; see ../shared/DESIGN.md ("The fleet tier") and
-// docs/architecture.md ("The fleet tier") for the states and the fencing
-// argument.
+// reach it; see docs/design.md and docs/architecture.md ("The fleet tier")
+// for the states and the fencing argument.
 //
 //   absl::StatusOr<std::unique_ptr<FleetLink>> link = FleetLink::Create(
 //       options, identity, digest, store, arbiter, clock);

@@ -59,8 +59,9 @@ class ClaimGuard {
   // claim is no longer live (lease expired, superseded, already recorded or
   // abandoned, or fenced because the daemon lost the fleet claim behind it):
   // the guard then holds nothing and is lost(); Claim the key again (another
-  // daemon may hold it now). INVALID_ARGUMENT names a bad field. On an error other than
-  // FAILED_PRECONDITION the guard still holds the claim (retry or abandon).
+  // daemon may hold it now). INVALID_ARGUMENT names a bad field. On an error
+  // other than FAILED_PRECONDITION the guard still holds the claim (retry or
+  // abandon).
   absl::StatusOr<v1::Entry> Record(v1::RecordRequest request);
 
   // Gives the claim up: the key turns MISS (or BACKOFF after repeated
