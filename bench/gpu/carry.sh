@@ -2,7 +2,7 @@
 # Gathers gputuned, gputunectl, the CUDA backend module, libgputune.so with
 # its replay module (what python/ loads) and the shared libraries they need
 # that the GPU machine does not have, into .carry/ for the device tool's
-# `carry` (what the GPU machine has and lacks: bench/gpu/NOTES.md):
+# `carry` (the GPU machine has the CUDA toolkit, no Debian libraries):
 #   bash bench/gpu/carry.sh [BUILD_DIR]      # then carry ".carry" and run
 #   bash bench/gpu/run.sh "$OUT"             # on the GPU machine
 #
