@@ -439,6 +439,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
         absl::StrCat("cannot listen on ", config.listen,
                      ": is the address in use, or the certificate unusable?"));
   }
+  if (tls) {
+    // The port gRPC bound: the one asked for, or the kernel's for port 0.
+    d->info_.listen_address = absl::StrCat(
+        config.listen.substr(0, config.listen.rfind(':') + 1), port);
+  }
   if (d->listener_) d->listener_->Start(d->server_.get(), &d->peers_);
   if (d->server_->GetHealthCheckService())
     d->server_->GetHealthCheckService()->SetServingStatus(true);

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1082,19 +1083,6 @@ TEST_CASE("a TCP listener on a non-loopback address needs TLS or a flag") {
 namespace gputune {
 namespace {
 
-// A TCP port that was free a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // GetStatus of the daemon at `target`, retried for up to 20 s while it
 // starts. The channel reconnects every 100 ms (its connect timeout stays
 // gRPC's 20 s, so a TLS handshake has time): with gRPC's default backoff
@@ -1122,38 +1110,51 @@ grpc::Status WaitForStatus(
   return s;
 }
 
-// A daemon serving TCP on a port that was free a moment before.
+// A daemon serving TCP on a port the kernel chose.
 struct TcpDaemon {
   pid_t pid = -1;  // -1 when the daemon exited (and was reaped)
   int port = 0;
   grpc::Status status;
   v1::GetStatusResponse answer;
-  std::string log;  // the last attempt's
+  std::string log;
 };
 
-// Starts gputuned with `args_for(port)` on a free port and waits for its
-// GetStatus at `host`:port. A port found free can be taken by another
-// process's outgoing connection before the daemon binds it (the suites run
-// side by side, and the Redis and fleet tests open thousands of
-// connections): a daemon that exits is started again on another port, up
-// to 3 times.
-TcpDaemon ServeOnFreePort(
+// Starts gputuned with `args_for(0)`, so that the kernel picks a free port
+// as the daemon binds it (a port a test found free and passed on could be
+// taken in between: the suites run side by side, and the Redis and fleet
+// tests open thousands of connections), reads the port from the daemon's
+// "serving on <host>:<port>" line, and waits for its GetStatus at
+// `host`:port.
+TcpDaemon ServeOnAnyPort(
     const std::function<std::vector<std::string>(int)>& args_for,
-    const std::string& log_prefix, const std::string& host,
+    const std::string& log, const std::string& host,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   TcpDaemon d;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    d.port = FreePort();
-    const std::string log = log_prefix + std::to_string(attempt) + ".log";
-    d.pid = testing::SpawnGputuned(args_for(d.port), {}, log);
-    d.status = WaitForStatus(host + ":" + std::to_string(d.port), credentials,
-                             &d.answer, d.pid);
+  d.pid = testing::SpawnGputuned(args_for(0), {}, log);
+  const std::regex serving(" serving on [^ ]*:([0-9]+) ");
+  std::smatch m;
+  for (int i = 0; i < 600 && d.port == 0; ++i) {
     d.log = testing::ReadFile(log);
-    if (d.status.ok() || d.status.error_message() != "the daemon exited") {
-      break;
+    if (std::regex_search(d.log, m, serving)) {
+      d.port = std::stoi(m[1].str());
+    } else if (waitpid(d.pid, nullptr, WNOHANG) == d.pid) {
+      d.pid = -1;
+      d.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "the daemon exited before serving");
+      return d;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    d.pid = -1;  // reaped by WaitForStatus
   }
+  if (d.port == 0) {
+    d.status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "the daemon did not say where it serves in 60 s");
+    return d;
+  }
+  d.status = WaitForStatus(host + ":" + std::to_string(d.port), credentials,
+                           &d.answer, d.pid);
+  if (d.status.error_message() == "the daemon exited") d.pid = -1;
+  d.log = testing::ReadFile(log);
   return d;
 }
 
@@ -1163,13 +1164,13 @@ TEST_CASE(
     "on loopback TCP the daemon serves and reports its port, but no peer is "
     "an operator") {
   DaemonProcess d({"--backend=none"});
-  const TcpDaemon tcp = ServeOnFreePort(
+  const TcpDaemon tcp = ServeOnAnyPort(
       [&](int port) {
         return std::vector<std::string>{
             "--listen=127.0.0.1:" + std::to_string(port),
             "--db=" + d.dir() + "/tcp.db", "--backend=none"};
       },
-      d.dir() + "/tcp", "127.0.0.1", grpc::InsecureChannelCredentials());
+      d.dir() + "/tcp.log", "127.0.0.1", grpc::InsecureChannelCredentials());
   const std::string address = "127.0.0.1:" + std::to_string(tcp.port);
   INFO(tcp.status.error_message() << "\n" << tcp.log);
   if (!tcp.status.ok()) {
@@ -1205,14 +1206,14 @@ TEST_CASE("with TLS files a non-loopback TCP address is served over TLS") {
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in),
                             std::istreambuf_iterator<char>());
-  const TcpDaemon tls = ServeOnFreePort(
+  const TcpDaemon tls = ServeOnAnyPort(
       [&](int port) {
         return std::vector<std::string>{
             "--listen=0.0.0.0:" + std::to_string(port),
             "--db=" + d.dir() + "/tls.db", "--backend=none",
             "--tls_cert_file=" + cert, "--tls_key_file=" + key};
       },
-      d.dir() + "/tls", "localhost", grpc::SslCredentials(ssl));
+      d.dir() + "/tls.log", "localhost", grpc::SslCredentials(ssl));
   INFO(tls.status.error_message() << "\n" << tls.log);
   if (!tls.status.ok()) {
     testing::SignalAndReap(tls.pid, SIGKILL);
