@@ -15,17 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "proto/device_uuid.h"
+#include "proto/fnv1a.h"
 
 namespace gputune {
 namespace {
-
-uint64_t Fnv1a(absl::string_view bytes, uint64_t h) {
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string FirstLine(const char* path) {
   std::ifstream in(path);
@@ -41,8 +34,8 @@ std::string HostDeviceUuid(absl::string_view machine_id,
   // Two differently seeded 64-bit digests make 128 bits, shown as a UUID.
   // '\n' separates the inputs, so ("ab", "c") and ("a", "bc") differ.
   const std::string input = absl::StrCat(machine_id, "\n", device);
-  const uint64_t a = Fnv1a(input, 1469598103934665603ull);
-  const uint64_t b = Fnv1a(input, a ^ 0x9e3779b97f4a7c15ull);
+  const uint64_t a = Fnv1a<uint64_t>(input);
+  const uint64_t b = Fnv1a<uint64_t>(input, a ^ 0x9e3779b97f4a7c15ull);
   return absl::StrFormat("HOST-%08x-%04x-%04x-%04x-%012x", a >> 32,
                          (a >> 16) & 0xffff, a & 0xffff, b >> 48,
                          b & 0xffffffffffffull);

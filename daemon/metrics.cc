@@ -5,80 +5,43 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "daemon/arbiter.h"
 #include "daemon/change_feed.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/job_queue.h"
 #include "google/protobuf/descriptor.h"
 #include "gputune/v1/tune.pb.h"
+#include "prometheus/check_names.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/family.h"
+#include "prometheus/text_serializer.h"
 #include "proto/proto_time.h"
 #include "spdlog/spdlog.h"
 
 namespace gputune {
 namespace {
 
-bool ValidName(absl::string_view name) {
-  if (name.empty() || absl::ascii_isdigit(name[0])) return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
-}
-
-[[noreturn]] void Misuse(const char* what, absl::string_view name) {
-  spdlog::critical("metrics: {}: {}", what, std::string(name));
+[[noreturn]] void Misuse(absl::string_view what, absl::string_view name) {
+  spdlog::critical("metrics: {}: {}", std::string(what), std::string(name));
   std::abort();
 }
 
-// Prometheus numbers: integers as integers, others with 15 digits.
-std::string Number(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 9.007199254740992e15) {
-    return absl::StrFormat("%.0f", v);
-  }
-  return absl::StrFormat("%.15g", v);
-}
-
-std::string EscapeLabel(absl::string_view v) {
-  return absl::StrReplaceAll(v,
-                             {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
-}
-
-std::string EscapeHelp(absl::string_view v) {
-  return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\n", "\\n"}});
-}
-
-// {a="1",b="2"} of constant labels, the series' labels and `extra` (le=).
-std::string LabelText(const MetricLabels& constant, const MetricLabels& own,
-                      const MetricLabels& extra = {}) {
-  std::string out;
-  for (const MetricLabels* list : {&constant, &own, &extra}) {
-    for (const auto& [name, value] : *list) {
-      absl::StrAppend(&out, out.empty() ? "{" : ",", name, "=\"",
-                      EscapeLabel(value), "\"");
-    }
-  }
-  if (!out.empty()) out += "}";
-  return out;
-}
-
-const std::vector<double>& JobBounds() {
-  static const auto* bounds =
-      new std::vector<double>{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+const prometheus::Histogram::BucketBoundaries& JobBounds() {
+  static const auto* bounds = new prometheus::Histogram::BucketBoundaries{
+      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   return *bounds;
 }
 
-const std::vector<double>& RpcBounds() {
-  static const auto* bounds = new std::vector<double>{
+const prometheus::Histogram::BucketBoundaries& RpcBounds() {
+  static const auto* bounds = new prometheus::Histogram::BucketBoundaries{
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5};
   return *bounds;
 }
@@ -90,129 +53,147 @@ double FileBytes(const std::string& path) {
   return ec ? 0 : static_cast<double>(size);
 }
 
-}  // namespace
-
-// --- Histogram -------------------------------------------------------------
-
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)),
-      buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  if (!std::is_sorted(bounds_.begin(), bounds_.end())) {
-    Misuse("histogram bounds not ascending", "");
+// A series' labels as prometheus-cpp's families list them: the constant
+// ones, then its own, each by name.
+std::vector<prometheus::ClientMetric::Label> LabelList(
+    const prometheus::Labels& constant, const prometheus::Labels& own) {
+  std::vector<prometheus::ClientMetric::Label> out;
+  for (const prometheus::Labels* list : {&constant, &own}) {
+    for (const auto& [name, value] : *list) out.push_back({name, value});
   }
-  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+  return out;
 }
 
-void Histogram::Observe(double v) {
-  const size_t i = static_cast<size_t>(
-      std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
-  buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
+// prometheus-cpp's family `name` in `registry`, with `constant` labels
+// (made on first use; the same name and labels give the same family).
+template <typename T>
+prometheus::Family<T>& FamilyIn(prometheus::detail::Builder<T> builder,
+                                const std::string& name,
+                                const std::string& help,
+                                const prometheus::Labels& constant,
+                                prometheus::Registry& registry) {
+  return builder.Name(name).Help(help).Labels(constant).Register(registry);
 }
+
+}  // namespace
 
 // --- MetricsRegistry --------------------------------------------------------
 
-MetricsRegistry::MetricsRegistry(MetricLabels constant_labels)
-    : constant_labels_(std::move(constant_labels)) {}
+MetricsRegistry::MetricsRegistry(prometheus::Labels constant_labels)
+    : constant_labels_(std::move(constant_labels)),
+      registry_(prometheus::Registry::InsertBehavior::Merge) {}
 
-MetricsRegistry::Series& MetricsRegistry::AddSeries(const std::string& name,
-                                                    const std::string& help,
-                                                    Kind kind,
-                                                    MetricLabels labels) {
-  // Registration is code, not input: a bad name is a bug, stopped at once.
-  bool valid = ValidName(name);
-  for (const auto& label : labels) valid = valid && ValidName(label.first);
-  if (!valid) Misuse("invalid metric or label name", name);
-  Family* family = nullptr;
-  for (const auto& f : families_) {
-    if (f->name == name) family = f.get();
+MetricsRegistry::Family& MetricsRegistry::Declare(
+    const std::string& name, const std::string& help,
+    prometheus::MetricType type, bool callbacks,
+    const prometheus::Labels& labels) {
+  bool valid = prometheus::CheckMetricName(name) &&
+               help.find_first_of("\\\n") == std::string::npos;
+  for (const auto& [label, value] : labels) {
+    valid = valid && prometheus::CheckLabelName(label) && label != "le" &&
+            !constant_labels_.contains(label);
   }
-  if (family == nullptr) {
-    families_.push_back(std::make_unique<Family>(Family{name, help, kind, {}}));
-    family = families_.back().get();
+  if (!valid) Misuse("invalid name, label or help", name);
+  for (Family& f : families_) {
+    if (f.name != name) continue;
+    if (f.type != type || f.help != help || f.callbacks != callbacks) {
+      Misuse("registered again with another type, help or kind", name);
+    }
+    return f;
   }
-  if (family->kind != kind || family->help != help) {
-    Misuse("registered again with another type or help", name);
-  }
-  family->series.push_back(Series{std::move(labels), {}, {}, {}, {}});
-  return family->series.back();
+  families_.push_back(Family{name, help, type, callbacks, {}});
+  return families_.back();
 }
 
-Counter* MetricsRegistry::AddCounter(const std::string& name,
-                                     const std::string& help,
-                                     MetricLabels labels) {
+prometheus::Counter* MetricsRegistry::AddCounter(
+    const std::string& name, const std::string& help,
+    const prometheus::Labels& labels) {
   absl::MutexLock lock(&mu_);
-  Series& s = AddSeries(name, help, Kind::kCounter, std::move(labels));
-  s.counter = std::make_unique<Counter>();
-  return s.counter.get();
+  Declare(name, help, prometheus::MetricType::Counter, false, labels);
+  return &FamilyIn(prometheus::BuildCounter(), name, help, constant_labels_,
+                   registry_)
+              .Add(labels);
 }
 
-Gauge* MetricsRegistry::AddGauge(const std::string& name,
-                                 const std::string& help, MetricLabels labels) {
+prometheus::Gauge* MetricsRegistry::AddGauge(const std::string& name,
+                                             const std::string& help,
+                                             const prometheus::Labels& labels) {
   absl::MutexLock lock(&mu_);
-  Series& s = AddSeries(name, help, Kind::kGauge, std::move(labels));
-  s.gauge = std::make_unique<Gauge>();
-  return s.gauge.get();
+  Declare(name, help, prometheus::MetricType::Gauge, false, labels);
+  return &FamilyIn(prometheus::BuildGauge(), name, help, constant_labels_,
+                   registry_)
+              .Add(labels);
 }
 
-Histogram* MetricsRegistry::AddHistogram(const std::string& name,
-                                         const std::string& help,
-                                         std::vector<double> bounds,
-                                         MetricLabels labels) {
+prometheus::Histogram* MetricsRegistry::AddHistogram(
+    const std::string& name, const std::string& help,
+    const prometheus::Histogram::BucketBoundaries& bounds,
+    const prometheus::Labels& labels) {
   absl::MutexLock lock(&mu_);
-  Series& s = AddSeries(name, help, Kind::kHistogram, std::move(labels));
-  s.histogram = std::make_unique<Histogram>(std::move(bounds));
-  return s.histogram.get();
+  Declare(name, help, prometheus::MetricType::Histogram, false, labels);
+  if (!std::is_sorted(bounds.begin(), bounds.end()) ||
+      std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end()) {
+    Misuse("histogram bounds not strictly ascending", name);
+  }
+  return &FamilyIn(prometheus::BuildHistogram(), name, help, constant_labels_,
+                   registry_)
+              .Add(labels, bounds);
 }
 
 void MetricsRegistry::AddCallback(const std::string& name,
-                                  const std::string& help, Type type,
+                                  const std::string& help,
+                                  prometheus::MetricType type,
                                   std::function<double()> read,
-                                  MetricLabels labels) {
+                                  const prometheus::Labels& labels) {
+  if (type != prometheus::MetricType::Counter &&
+      type != prometheus::MetricType::Gauge) {
+    Misuse("a callback is a counter or a gauge", name);
+  }
   absl::MutexLock lock(&mu_);
-  Series& s = AddSeries(name, help,
-                        type == Type::kCounter ? Kind::kCounter : Kind::kGauge,
-                        std::move(labels));
-  s.read = std::move(read);
+  Declare(name, help, type, true, labels)
+      .reads.push_back(Callback{labels, std::move(read)});
+}
+
+std::vector<prometheus::MetricFamily> MetricsRegistry::Collect() const {
+  std::vector<prometheus::MetricFamily> registered = registry_.Collect();
+  absl::MutexLock lock(&mu_);
+  std::vector<prometheus::MetricFamily> out;
+  out.reserve(families_.size());
+  for (const Family& f : families_) {
+    if (!f.callbacks) {
+      // Registered under this name once (the constant labels are always the
+      // same): move it here, in registration order.
+      auto it = std::find_if(
+          registered.begin(), registered.end(),
+          [&](const prometheus::MetricFamily& r) { return r.name == f.name; });
+      if (it == registered.end()) continue;
+      out.push_back(std::move(*it));
+    } else {
+      prometheus::MetricFamily family{f.name, f.help, f.type, {}};
+      for (const Callback& c : f.reads) {
+        prometheus::ClientMetric& m = family.metric.emplace_back();
+        m.label = LabelList(constant_labels_, c.labels);
+        const double value = c.read();
+        if (f.type == prometheus::MetricType::Counter) {
+          m.counter.value = value;
+        } else {
+          m.gauge.value = value;
+        }
+      }
+      out.push_back(std::move(family));
+    }
+    // A family keeps its series in a hash map: sort them, so that the text
+    // is the same from one render to the next.
+    std::sort(
+        out.back().metric.begin(), out.back().metric.end(),
+        [](const prometheus::ClientMetric& a,
+           const prometheus::ClientMetric& b) { return a.label < b.label; });
+  }
+  return out;
 }
 
 std::string MetricsRegistry::Render() const {
-  absl::MutexLock lock(&mu_);
-  std::string out;
-  for (const auto& family : families_) {
-    const char* type = family->kind == Kind::kCounter ? "counter"
-                       : family->kind == Kind::kGauge ? "gauge"
-                                                      : "histogram";
-    absl::StrAppend(&out, "# HELP ", family->name, " ",
-                    EscapeHelp(family->help), "\n# TYPE ", family->name, " ",
-                    type, "\n");
-    for (const Series& s : family->series) {
-      if (s.histogram) {
-        const Histogram& h = *s.histogram;
-        uint64_t cumulative = 0;
-        for (size_t i = 0; i <= h.bounds().size(); ++i) {
-          cumulative += h.bucket(i);
-          const std::string le = i < h.bounds().size() ? Number(h.bounds()[i])
-                                                       : std::string("+Inf");
-          absl::StrAppend(&out, family->name, "_bucket",
-                          LabelText(constant_labels_, s.labels, {{"le", le}}),
-                          " ", cumulative, "\n");
-        }
-        const std::string labels = LabelText(constant_labels_, s.labels);
-        absl::StrAppend(&out, family->name, "_sum", labels, " ",
-                        Number(h.sum()), "\n", family->name, "_count", labels,
-                        " ", cumulative, "\n");
-        continue;
-      }
-      const double value = s.read      ? s.read()
-                           : s.counter ? static_cast<double>(s.counter->value())
-                                       : s.gauge->value();
-      absl::StrAppend(&out, family->name, LabelText(constant_labels_, s.labels),
-                      " ", Number(value), "\n");
-    }
-  }
-  return out;
+  return prometheus::TextSerializer().Serialize(Collect());
 }
 
 // --- DaemonMetrics ---------------------------------------------------------
@@ -221,15 +202,15 @@ struct DaemonMetrics::Method {
   std::string name;  // "Lookup"
   bool streaming = false;
   bool watch = false;  // TuneService.Watch (gputune_watch_streams)
-  Counter* calls = nullptr;
-  Counter* errors = nullptr;
-  Histogram* seconds = nullptr;  // unary calls only
+  prometheus::Counter* calls = nullptr;
+  prometheus::Counter* errors = nullptr;
+  prometheus::Histogram* seconds = nullptr;  // unary calls only
 };
 
 DaemonMetrics::DaemonMetrics(const Identity& identity)
     : registry_([&] {
-        MetricLabels labels = {{"device", identity.device}};
-        if (!identity.uuid.empty()) labels.push_back({"uuid", identity.uuid});
+        prometheus::Labels labels = {{"device", identity.device}};
+        if (!identity.uuid.empty()) labels.emplace("uuid", identity.uuid);
         return labels;
       }()) {
   registry_
@@ -256,15 +237,12 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
   registry_.AddCallback(
       "gputune_lookup_hit_ratio",
       "HITs among the keys looked up since start (0 before the first).",
-      MetricsRegistry::Type::kGauge, [this] {
+      prometheus::MetricType::Gauge, [this] {
         double all = 0;
         for (int s = v1::KEY_STATE_MISS; s <= v1::KEY_STATE_BACKOFF; ++s) {
-          all += static_cast<double>(lookups_[s]->value());
+          all += lookups_[s]->Value();
         }
-        return all == 0
-                   ? 0.0
-                   : static_cast<double>(lookups_[v1::KEY_STATE_HIT]->value()) /
-                         all;
+        return all == 0 ? 0.0 : lookups_[v1::KEY_STATE_HIT]->Value() / all;
       });
 
   const char* kClaimHelp = "Claim calls answered, by outcome.";
@@ -292,10 +270,9 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
   job_seconds_ = registry_.AddHistogram(
       "gputune_tune_job_duration_seconds",
       "Time TuneDense jobs spent on the device worker.", JobBounds());
-  registry_.AddCallback("gputune_device_busy_seconds_total",
-                        "Time the device worker spent running benchmark jobs.",
-                        MetricsRegistry::Type::kCounter,
-                        [this] { return job_seconds_->sum(); });
+  device_busy_seconds_ = registry_.AddCounter(
+      "gputune_device_busy_seconds_total",
+      "Time the device worker spent running benchmark jobs.");
   quarantines_ = registry_.AddCounter(
       "gputune_db_quarantine_events_total",
       "Corrupt databases moved aside at start (since this start: 0 or 1).");
@@ -321,7 +298,7 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
       // SubscribeChanges streams have their own gauge
       // (gputune_change_subscribers).
       method->watch = m->name() == "Watch";
-      const MetricLabels labels = {{"method", m->name()}};
+      const prometheus::Labels labels = {{"method", m->name()}};
       method->calls = registry_.AddCounter(
           "gputune_rpcs_total", "gputune RPCs finished, by method.", labels);
       method->errors = registry_.AddCounter(
@@ -343,181 +320,180 @@ DaemonMetrics::DaemonMetrics(const Identity& identity)
 DaemonMetrics::~DaemonMetrics() = default;
 
 void DaemonMetrics::JobFinished(bool recorded, absl::Duration took) {
-  (recorded ? jobs_recorded_ : jobs_failed_)->Add();
-  job_seconds_->Observe(absl::ToDoubleSeconds(took));
+  (recorded ? jobs_recorded_ : jobs_failed_)->Increment();
+  const double seconds = absl::ToDoubleSeconds(took);
+  job_seconds_->Observe(seconds);
+  device_busy_seconds_->Increment(seconds);
 }
 
 void DaemonMetrics::ReadFrom(const JobQueue* jobs, const Arbiter* arbiter,
                              const std::string& database_path) {
-  using Type = MetricsRegistry::Type;
+  constexpr auto kGauge = prometheus::MetricType::Gauge;
   if (jobs != nullptr) {
     registry_.AddCallback(
-        "gputune_tune_queue_depth", "Benchmark jobs waiting.", Type::kGauge,
+        "gputune_tune_queue_depth", "Benchmark jobs waiting.", kGauge,
         [jobs] { return static_cast<double>(jobs->GetStats().queue_depth); });
     registry_.AddCallback(
         "gputune_tune_queue_capacity",
-        "Benchmark jobs that may wait (then TuneDense is refused).",
-        Type::kGauge,
+        "Benchmark jobs that may wait (then TuneDense is refused).", kGauge,
         [jobs] { return static_cast<double>(jobs->GetStats().capacity); });
     registry_.AddCallback(
-        "gputune_tune_job_running", "1 while a benchmark job runs.",
-        Type::kGauge, [jobs] { return jobs->GetStats().running ? 1.0 : 0.0; });
+        "gputune_tune_job_running", "1 while a benchmark job runs.", kGauge,
+        [jobs] { return jobs->GetStats().running ? 1.0 : 0.0; });
     registry_.AddCallback(
         "gputune_device_ready",
         "1 when TuneDense can benchmark (a backend, and the device not lost).",
-        Type::kGauge, [jobs] { return jobs->ready() ? 1.0 : 0.0; });
+        kGauge, [jobs] { return jobs->ready() ? 1.0 : 0.0; });
   }
   if (arbiter != nullptr) {
     registry_.AddCallback(
-        "gputune_entries", "Entries in the cache.", Type::kGauge,
+        "gputune_entries", "Entries in the cache.", kGauge,
         [arbiter] { return static_cast<double>(arbiter->GetStats().entries); });
     registry_.AddCallback(
         "gputune_stale_entries",
-        "Entries STALE for this daemon's device fingerprint.", Type::kGauge,
+        "Entries STALE for this daemon's device fingerprint.", kGauge,
         [arbiter] {
           return static_cast<double>(arbiter->GetStats().stale_entries);
         });
     registry_.AddCallback(
-        "gputune_claims_live", "Live claims.", Type::kGauge, [arbiter] {
+        "gputune_claims_live", "Live claims.", kGauge, [arbiter] {
           return static_cast<double>(arbiter->GetStats().claims.size());
         });
     registry_.AddCallback(
-        "gputune_backoff_keys", "Keys in BACKOFF now.", Type::kGauge,
-        [arbiter] {
+        "gputune_backoff_keys", "Keys in BACKOFF now.", kGauge, [arbiter] {
           return static_cast<double>(arbiter->GetStats().backoff_keys);
         });
   }
   registry_.AddCallback(
       "gputune_db_size_bytes",
-      "Size of the SQLite database: the file and its write-ahead log.",
-      Type::kGauge, [database_path] {
+      "Size of the SQLite database: the file and its write-ahead log.", kGauge,
+      [database_path] {
         return FileBytes(database_path) + FileBytes(database_path + "-wal");
       });
 }
 
 void DaemonMetrics::ReadChangesFrom(const ChangeFeed* feed) {
-  using Type = MetricsRegistry::Type;
+  constexpr auto kCounter = prometheus::MetricType::Counter;
   registry_.AddCallback(
       "gputune_changes_published_total",
       "Entry changes (records, imports, deletes) numbered on the change "
       "feed since the daemon started.",
-      Type::kCounter,
+      kCounter,
       [feed] { return static_cast<double>(feed->GetStats().head_seq); });
   registry_.AddCallback(
       "gputune_change_subscribers",
       "SubscribeChanges streams open (one per client process with a memo).",
-      Type::kGauge,
+      prometheus::MetricType::Gauge,
       [feed] { return static_cast<double>(feed->GetStats().subscribers); });
   registry_.AddCallback("gputune_change_subscribers_cut_off_total",
                         "SubscribeChanges streams ended for falling more than "
                         "--subscriber_max_lag changes behind.",
-                        Type::kCounter, [feed] {
+                        kCounter, [feed] {
                           return static_cast<double>(feed->GetStats().cut_off);
                         });
 }
 
+namespace {
+
+// A gputune_fleet_* series: a field of the fleet link's status.
+struct FleetSeries {
+  const char* name;
+  const char* help;
+  prometheus::MetricType type;
+  double (*read)(const v1::FleetStatus&);
+  const char* reason;  // gputune_fleet_feed_skipped_total's label; else null
+};
+
+// A count the status holds as it is.
+template <auto kField>
+double Count(const v1::FleetStatus& s) {
+  return static_cast<double>((s.*kField)());
+}
+
+constexpr auto kFleetGauge = prometheus::MetricType::Gauge;
+constexpr auto kFleetCounter = prometheus::MetricType::Counter;
+constexpr char kFleetSkippedHelp[] =
+    "Fleet feed rows (and canonical answers) not adopted, by reason: "
+    "unparseable (not a valid entry), mismatch (its columns disagree with "
+    "its entry), oversized (over 1 MiB: skipped unread).";
+
+constexpr FleetSeries kFleetSeries[] = {
+    {"gputune_fleet_connected",
+     "1 while the fleet link is connected and following the feed.", kFleetGauge,
+     [](const v1::FleetStatus& s) { return s.connected() ? 1.0 : 0.0; },
+     nullptr},
+    {"gputune_fleet_outbox_depth",
+     "Records waiting in the local outbox to be published to the fleet.",
+     kFleetGauge, Count<&v1::FleetStatus::outbox_depth>, nullptr},
+    {"gputune_fleet_feed_lag_seconds",
+     "From a fleet entry's publish to its adoption here, for the last "
+     "entry adopted.",
+     kFleetGauge,
+     [](const v1::FleetStatus& s) {
+       return absl::ToDoubleSeconds(FromProto(s.feed_lag()));
+     },
+     nullptr},
+    {"gputune_fleet_feed_backlog",
+     "Feed positions the fleet had when last asked that are not adopted "
+     "here yet.",
+     kFleetGauge,
+     [](const v1::FleetStatus& s) {
+       return s.fleet_seq() > s.feed_seq()
+                  ? static_cast<double>(s.fleet_seq() - s.feed_seq())
+                  : 0.0;
+     },
+     nullptr},
+    {"gputune_fleet_claims_held", "Fleet claims this daemon holds.",
+     kFleetGauge, Count<&v1::FleetStatus::claims_held>, nullptr},
+    {"gputune_fleet_claims_waited",
+     "Keys PENDING here because another daemon of the fleet tunes them.",
+     kFleetGauge, Count<&v1::FleetStatus::claims_waited>, nullptr},
+    {"gputune_fleet_published_total", "Entries published to the fleet.",
+     kFleetCounter, Count<&v1::FleetStatus::published>, nullptr},
+    {"gputune_fleet_adopted_total", "Fleet entries adopted from the feed.",
+     kFleetCounter, Count<&v1::FleetStatus::adopted>, nullptr},
+    {"gputune_fleet_refused_total",
+     "Publishes the fleet refused (a superseded fence, or another canonical "
+     "entry).",
+     kFleetCounter, Count<&v1::FleetStatus::refused>, nullptr},
+    {"gputune_fleet_publish_errors_total",
+     "Publish statements that failed (retried).", kFleetCounter,
+     Count<&v1::FleetStatus::publish_errors>, nullptr},
+    {"gputune_fleet_outbox_dropped_total",
+     "Outbox records dropped because PostgreSQL refused their data "
+     "repeatedly.",
+     kFleetCounter, Count<&v1::FleetStatus::outbox_dropped>, nullptr},
+    {"gputune_fleet_outbox_overflow_total",
+     "Records kept locally only because the outbox was full.", kFleetCounter,
+     Count<&v1::FleetStatus::outbox_overflow>, nullptr},
+    {"gputune_fleet_feed_skipped_total", kFleetSkippedHelp, kFleetCounter,
+     Count<&v1::FleetStatus::feed_unparseable>, "unparseable"},
+    {"gputune_fleet_feed_skipped_total", kFleetSkippedHelp, kFleetCounter,
+     Count<&v1::FleetStatus::feed_mismatched>, "mismatch"},
+    {"gputune_fleet_feed_skipped_total", kFleetSkippedHelp, kFleetCounter,
+     Count<&v1::FleetStatus::feed_oversized>, "oversized"},
+    {"gputune_fleet_local_only_claims_total",
+     "Claims made locally only because the fleet was unreachable.",
+     kFleetCounter, Count<&v1::FleetStatus::local_only_claims>, nullptr},
+};
+
+}  // namespace
+
 void DaemonMetrics::ReadFleetFrom(const FleetHooks* fleet) {
-  using Type = MetricsRegistry::Type;
   // Each series reads the link's status: a few locks per render, none on a
   // serving path.
-  auto add = [&](const char* name, const char* help, Type type,
-                 double (*field)(const v1::FleetStatus&),
-                 MetricLabels labels = {}) {
+  for (const FleetSeries& series : kFleetSeries) {
+    prometheus::Labels labels;
+    if (series.reason != nullptr) labels.emplace("reason", series.reason);
     registry_.AddCallback(
-        name, help, type,
-        [fleet, field] {
+        series.name, series.help, series.type,
+        [fleet, read = series.read] {
           v1::FleetStatus status;
           fleet->FillStatus(&status);
-          return field(status);
+          return read(status);
         },
-        std::move(labels));
-  };
-  add("gputune_fleet_connected",
-      "1 while the fleet link is connected and following the feed.",
-      Type::kGauge,
-      [](const v1::FleetStatus& s) { return s.connected() ? 1.0 : 0.0; });
-  add("gputune_fleet_outbox_depth",
-      "Records waiting in the local outbox to be published to the fleet.",
-      Type::kGauge, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.outbox_depth());
-      });
-  add("gputune_fleet_feed_lag_seconds",
-      "From a fleet entry's publish to its adoption here, for the last "
-      "entry adopted.",
-      Type::kGauge, [](const v1::FleetStatus& s) {
-        return absl::ToDoubleSeconds(FromProto(s.feed_lag()));
-      });
-  add("gputune_fleet_feed_backlog",
-      "Feed positions the fleet had when last asked that are not adopted "
-      "here yet.",
-      Type::kGauge, [](const v1::FleetStatus& s) {
-        return s.fleet_seq() > s.feed_seq()
-                   ? static_cast<double>(s.fleet_seq() - s.feed_seq())
-                   : 0.0;
-      });
-  add("gputune_fleet_claims_held", "Fleet claims this daemon holds.",
-      Type::kGauge, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.claims_held());
-      });
-  add("gputune_fleet_claims_waited",
-      "Keys PENDING here because another daemon of the fleet tunes them.",
-      Type::kGauge, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.claims_waited());
-      });
-  add("gputune_fleet_published_total", "Entries published to the fleet.",
-      Type::kCounter, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.published());
-      });
-  add("gputune_fleet_adopted_total", "Fleet entries adopted from the feed.",
-      Type::kCounter, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.adopted());
-      });
-  add("gputune_fleet_refused_total",
-      "Publishes the fleet refused (a superseded fence, or another canonical "
-      "entry).",
-      Type::kCounter, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.refused());
-      });
-  add("gputune_fleet_publish_errors_total",
-      "Publish statements that failed (retried).", Type::kCounter,
-      [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.publish_errors());
-      });
-  add("gputune_fleet_outbox_dropped_total",
-      "Outbox records dropped because PostgreSQL refused their data "
-      "repeatedly.",
-      Type::kCounter, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.outbox_dropped());
-      });
-  add("gputune_fleet_outbox_overflow_total",
-      "Records kept locally only because the outbox was full.", Type::kCounter,
-      [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.outbox_overflow());
-      });
-  constexpr char kSkipped[] =
-      "Fleet feed rows (and canonical answers) not adopted, by reason: "
-      "unparseable (not a valid entry), mismatch (its columns disagree with "
-      "its entry), oversized (over 1 MiB: skipped unread).";
-  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
-      [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.feed_unparseable());
-      },
-      {{"reason", "unparseable"}});
-  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
-      [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.feed_mismatched());
-      },
-      {{"reason", "mismatch"}});
-  add("gputune_fleet_feed_skipped_total", kSkipped, Type::kCounter,
-      [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.feed_oversized());
-      },
-      {{"reason", "oversized"}});
-  add("gputune_fleet_local_only_claims_total",
-      "Claims made locally only because the fleet was unreachable.",
-      Type::kCounter, [](const v1::FleetStatus& s) {
-        return static_cast<double>(s.local_only_claims());
-      });
+        labels);
+  }
 }
 
 const DaemonMetrics::Method* DaemonMetrics::FindMethod(
@@ -527,15 +503,15 @@ const DaemonMetrics::Method* DaemonMetrics::FindMethod(
 }
 
 void DaemonMetrics::CallStarted(const Method& m) {
-  in_flight_->Add(1);
-  if (m.watch) watch_streams_->Add(1);
+  in_flight_->Increment();
+  if (m.watch) watch_streams_->Increment();
 }
 
 void DaemonMetrics::CallEnded(const Method& m, int code, absl::Duration took) {
-  in_flight_->Add(-1);
-  if (m.watch) watch_streams_->Add(-1);
-  m.calls->Add();
-  if (code != 0) m.errors->Add();
+  in_flight_->Decrement();
+  if (m.watch) watch_streams_->Decrement();
+  m.calls->Increment();
+  if (code != 0) m.errors->Increment();
   if (m.seconds != nullptr) m.seconds->Observe(absl::ToDoubleSeconds(took));
 }
 

@@ -1,25 +1,21 @@
-// gputuned's metrics: a small registry of counters, gauges and histograms
-// (lock-free to update), the Prometheus text exposition format (0.0.4) that
-// `gputunectl metrics`, the GetMetrics RPC and --metrics_textfile share, and
-// DaemonMetrics, the daemon's own set with the hooks the arbiter, the job
-// queue and the gRPC server call.
-//
-// Debian ships no maintained C++ Prometheus library (prometheus-cpp is not
-// packaged), and the text format is small: it is written here, and checked
-// with `promtool check metrics` in the tests.
+// gputuned's metrics: prometheus-cpp's registry of counters, gauges and
+// histograms (Debian's prometheus-cpp-dev), series read from the daemon's
+// state when the text is rendered, the Prometheus text exposition format
+// (0.0.4, prometheus-cpp's TextSerializer) that `gputunectl metrics`, the
+// GetMetrics RPC and --metrics_textfile share, and DaemonMetrics, the
+// daemon's own set with the hooks the arbiter, the job queue and the gRPC
+// server call. The text is checked with `promtool check metrics` in the
+// tests.
 //
 // Nothing here is global: the Daemon owns its DaemonMetrics and hands
 // pointers to what reports into it.
 #ifndef GPUTUNE_DAEMON_METRICS_H_
 #define GPUTUNE_DAEMON_METRICS_H_
 
-#include <atomic>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -30,6 +26,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/metric_type.h"
+#include "prometheus/registry.h"
 
 namespace gputune {
 
@@ -38,101 +42,76 @@ class ChangeFeed;
 class FleetHooks;
 class JobQueue;
 
-// Label name/value pairs, in the order they are printed.
-using MetricLabels = std::vector<std::pair<std::string, std::string>>;
-
-// A monotonically increasing count. Thread-safe, lock-free.
-class Counter {
- public:
-  void Add(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> value_{0};
-};
-
-// A value that goes up and down. Thread-safe, lock-free.
-class Gauge {
- public:
-  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
-  void Add(double d) { value_.fetch_add(d, std::memory_order_relaxed); }
-  double value() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<double> value_{0};
-};
-
-// Observations counted into fixed buckets (upper bounds, ascending), with
-// their sum. Thread-safe, lock-free; a reader may see a sum and counts from
-// slightly different moments, as Prometheus clients allow.
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> bounds);
-  void Observe(double v);
-  const std::vector<double>& bounds() const { return bounds_; }
-  // Observations <= bounds()[i] (not cumulative); the last is +Inf.
-  uint64_t bucket(size_t i) const {
-    return buckets_[i].load(std::memory_order_relaxed);
-  }
-  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
-  double sum() const { return sum_.load(std::memory_order_relaxed); }
-
- private:
-  const std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // bounds_.size() + 1
-  std::atomic<uint64_t> count_{0};
-  std::atomic<double> sum_{0};
-};
-
-// Named metrics and their text. Register at start-up (registration takes a
-// lock; updates do not); a name registered twice must have the same type
-// and help, and gets a new series (its labels must differ). Names and label
-// names must match [a-zA-Z_][a-zA-Z0-9_]*.
-class MetricsRegistry {
+// Named metrics and their text: a prometheus::Registry that puts constant
+// labels on every family, keeps the families in registration order, and adds
+// series whose value a callback gives when the text is rendered (as a
+// prometheus::Collectable, so it also serves any prometheus-cpp exposer).
+//
+// Register at start-up (registration takes locks; updating a counter or a
+// gauge does not, a histogram's Observe takes its own short one). A name
+// registered twice must have the same type and help, and gets another series
+// (labels that differ; the same labels give the same series). A family holds
+// either registered series or callbacks, not both. Names and label names
+// must match [a-zA-Z_][a-zA-Z0-9_]*; a series' label names must not start
+// with "__", nor be "le" or a constant label's; help must not hold a
+// backslash or a newline (prometheus-cpp writes it unescaped). Registration
+// is code, not input: breaking these rules aborts.
+class MetricsRegistry final : public prometheus::Collectable {
  public:
   // `constant_labels` go on every series (e.g. device="0").
-  explicit MetricsRegistry(MetricLabels constant_labels);
+  explicit MetricsRegistry(prometheus::Labels constant_labels);
 
   // The returned pointers live as long as the registry.
-  Counter* AddCounter(const std::string& name, const std::string& help,
-                      MetricLabels labels = {}) ABSL_LOCKS_EXCLUDED(mu_);
-  Gauge* AddGauge(const std::string& name, const std::string& help,
-                  MetricLabels labels = {}) ABSL_LOCKS_EXCLUDED(mu_);
-  Histogram* AddHistogram(const std::string& name, const std::string& help,
-                          std::vector<double> bounds, MetricLabels labels = {})
+  prometheus::Counter* AddCounter(const std::string& name,
+                                  const std::string& help,
+                                  const prometheus::Labels& labels = {})
       ABSL_LOCKS_EXCLUDED(mu_);
-  // A counter or gauge whose value `read` gives when the text is rendered
-  // (e.g. a queue's depth). `read` must not call the registry.
-  enum class Type { kCounter, kGauge };
-  void AddCallback(const std::string& name, const std::string& help, Type type,
-                   std::function<double()> read, MetricLabels labels = {})
+  prometheus::Gauge* AddGauge(const std::string& name, const std::string& help,
+                              const prometheus::Labels& labels = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `bounds`: the buckets' upper bounds, strictly ascending (+Inf is added).
+  prometheus::Histogram* AddHistogram(
+      const std::string& name, const std::string& help,
+      const prometheus::Histogram::BucketBoundaries& bounds,
+      const prometheus::Labels& labels = {}) ABSL_LOCKS_EXCLUDED(mu_);
+  // A counter or gauge (`type`) whose value `read` gives when the text is
+  // rendered (e.g. a queue's depth). `read` must not call the registry.
+  void AddCallback(const std::string& name, const std::string& help,
+                   prometheus::MetricType type, std::function<double()> read,
+                   const prometheus::Labels& labels = {})
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Every metric in the Prometheus text format, families in registration
-  // order, each with its # HELP and # TYPE lines.
+  // Every family, in registration order; the series of a family in the
+  // order of their labels.
+  std::vector<prometheus::MetricFamily> Collect() const override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Collect() in the Prometheus text format: each family with its # HELP and
+  // # TYPE lines.
   std::string Render() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  enum class Kind { kCounter, kGauge, kHistogram };
-  struct Series {
-    MetricLabels labels;
-    std::unique_ptr<Counter> counter;
-    std::unique_ptr<Gauge> gauge;
-    std::unique_ptr<Histogram> histogram;
+  struct Callback {
+    prometheus::Labels labels;
     std::function<double()> read;
   };
   struct Family {
     std::string name;
     std::string help;
-    Kind kind;
-    std::vector<Series> series;
+    prometheus::MetricType type;
+    bool callbacks;               // its series are `read`, not registered
+    std::vector<Callback> reads;  // when `callbacks`
   };
-  Series& AddSeries(const std::string& name, const std::string& help, Kind kind,
-                    MetricLabels labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The family `name`, made on first use; aborts on a rule broken.
+  Family& Declare(const std::string& name, const std::string& help,
+                  prometheus::MetricType type, bool callbacks,
+                  const prometheus::Labels& labels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const MetricLabels constant_labels_;
+  const prometheus::Labels constant_labels_;
+  prometheus::Registry registry_;  // locks itself
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<Family> families_ ABSL_GUARDED_BY(mu_);  // registration order
 };
 
 // The daemon's metrics (docs/metrics.md lists them). Every series carries
@@ -151,26 +130,27 @@ class DaemonMetrics {
   DaemonMetrics(const DaemonMetrics&) = delete;
   DaemonMetrics& operator=(const DaemonMetrics&) = delete;
 
-  // --- Hooks: thread-safe and lock-free; call them from anywhere. ---
+  // --- Hooks: thread-safe; call them from anywhere. JobFinished and
+  // CallEnded take a histogram's short lock, the others are lock-free. ---
   // The sweeper ended an expired lease.
-  void ClaimExpired() { claims_expired_->Add(); }
+  void ClaimExpired() { claims_expired_->Increment(); }
   // A key entered BACKOFF.
-  void BackoffEntered() { backoffs_->Add(); }
+  void BackoffEntered() { backoffs_->Increment(); }
   // A TuneDense job ended: recorded an entry, or failed (abandoned);
   // `took` is its time on the device worker.
   void JobFinished(bool recorded, absl::Duration took);
   // Start-up moved a corrupt database aside.
-  void DatabaseQuarantined() { quarantines_->Add(); }
+  void DatabaseQuarantined() { quarantines_->Increment(); }
   // Lookup or BatchLookup answered a key in `state` (a v1::KeyState).
   void KeyLookedUp(int state) {
-    if (state > 0 && state < kKeyStates) lookups_[state]->Add();
+    if (state > 0 && state < kKeyStates) lookups_[state]->Increment();
   }
   // Claim answered with `outcome` (a v1::ClaimOutcome).
   void ClaimAnswered(int outcome) {
-    if (outcome > 0 && outcome < kClaimOutcomes) claims_[outcome]->Add();
+    if (outcome > 0 && outcome < kClaimOutcomes) claims_[outcome]->Increment();
   }
   // Abandon ended a claim.
-  void ClaimAbandoned() { claims_abandoned_->Add(); }
+  void ClaimAbandoned() { claims_abandoned_->Increment(); }
 
   // Values read when the text is rendered: the queue, the claims and the
   // entries, and the size of the database files. Every pointer must outlive
@@ -211,17 +191,18 @@ class DaemonMetrics {
   MetricsRegistry registry_;
   static constexpr int kKeyStates = 6;      // v1::KeyState's values
   static constexpr int kClaimOutcomes = 5;  // v1::ClaimOutcome's values
-  Counter* lookups_[kKeyStates] = {};
-  Counter* claims_[kClaimOutcomes] = {};
-  Counter* claims_abandoned_ = nullptr;
-  Counter* claims_expired_ = nullptr;
-  Counter* backoffs_ = nullptr;
-  Counter* jobs_recorded_ = nullptr;
-  Counter* jobs_failed_ = nullptr;
-  Histogram* job_seconds_ = nullptr;
-  Counter* quarantines_ = nullptr;
-  Gauge* in_flight_ = nullptr;
-  Gauge* watch_streams_ = nullptr;
+  prometheus::Counter* lookups_[kKeyStates] = {};
+  prometheus::Counter* claims_[kClaimOutcomes] = {};
+  prometheus::Counter* claims_abandoned_ = nullptr;
+  prometheus::Counter* claims_expired_ = nullptr;
+  prometheus::Counter* backoffs_ = nullptr;
+  prometheus::Counter* jobs_recorded_ = nullptr;
+  prometheus::Counter* jobs_failed_ = nullptr;
+  prometheus::Histogram* job_seconds_ = nullptr;
+  prometheus::Counter* device_busy_seconds_ = nullptr;  // job_seconds_' sum
+  prometheus::Counter* quarantines_ = nullptr;
+  prometheus::Gauge* in_flight_ = nullptr;
+  prometheus::Gauge* watch_streams_ = nullptr;
   // Built in the constructor, read-only after: no lock.
   absl::flat_hash_map<std::string, std::unique_ptr<Method>> methods_;
 };

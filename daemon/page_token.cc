@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "proto/fnv1a.h"
 
 namespace gputune {
 namespace {
@@ -13,10 +14,9 @@ constexpr char kVersion = '1';
 std::string Checksum(absl::string_view key_id) {
   // FNV-1a: detects damage; tokens are not secrets (a forged one could only
   // start a listing at another key, which the caller may list anyway).
-  uint32_t crc = 2166136261u;
-  for (unsigned char c : key_id) crc = (crc ^ c) * 16777619u;
+  const uint32_t sum = Fnv1a<uint32_t>(key_id);
   std::string out(4, '\0');
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(crc >> (8 * i));
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(sum >> (8 * i));
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/fnv1a.h"
 
 namespace gputune {
 
@@ -13,12 +14,7 @@ std::string FingerprintDigest(const v1::Fingerprint& fp) {
   identity.clear_device_uuid();
   // Fingerprint has no map fields, so its serialization is canonical.
   const std::string bytes = identity.SerializeAsString();
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return absl::StrFormat("%016x", h);
+  return absl::StrFormat("%016x", Fnv1a<uint64_t>(bytes));
 }
 
 std::string DeviceModel(const v1::Fingerprint& fp) {

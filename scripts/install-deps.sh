@@ -25,6 +25,8 @@ packages=(
   libpq-dev libcli11-dev
   # the Redis-protocol door: hiredis reads its requests
   libhiredis-dev
+  # metrics: prometheus-cpp's registry and text serializer
+  prometheus-cpp-dev
 )
 test_packages=(
   # Catch2 (a copy travels in tests/third_party for machines without it);

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/fnv1a.h"
 #include "proto/proto_time.h"
 #include "proto/validation.h"
 
@@ -27,12 +28,7 @@ constexpr absl::string_view kTunableOp = "tunableop";
 // FNV-1a 64, as FingerprintDigest: a stable digest (the same on every host
 // and build) of the metadata, short enough for a candidate set.
 std::string Digest(absl::string_view bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return absl::StrFormat("%016x", h);
+  return absl::StrFormat("%016x", Fnv1a<uint64_t>(bytes));
 }
 
 bool Printable(absl::string_view s) {

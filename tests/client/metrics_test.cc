@@ -155,7 +155,8 @@ TEST_CASE("metrics count a scripted workload, in the file and via gputunectl") {
       },
       std::chrono::milliseconds(5000)));
   const std::string text = ReadFile(file);
-  REQUIRE(text.find("gputune_info{device=\"0\",version=\"") !=
+  // A series' own labels follow device (and uuid) by name.
+  REQUIRE(text.find("gputune_info{device=\"0\",backend=\"host\",revision=\"") !=
           std::string::npos);
   REQUIRE(Promtool(dir, text) == "");
   REQUIRE(Promtool(dir, metrics()) == "");
