@@ -229,7 +229,7 @@ pid_t PidIn(const std::string& path) {
 
 TEST_CASE(
     "kill -9 of COMMAND: what it added before gputune-sync's last interval "
-    "was imported while it ran, the rest when it died") {
+    "was imported while it ran and the rest when it died") {
   DaemonProcess daemon({"--backend=none"});
   const std::string dir = daemon.dir();
   const std::string cache = dir + "/cache.csv";
