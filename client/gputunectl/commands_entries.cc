@@ -13,6 +13,7 @@
 #include "client/gputunectl/commands.h"
 #include "client/gputunectl/entry_io.h"
 #include "client/gputunectl/table.h"
+#include "client/gputunectl/tool_files.h"
 #include "client/gputunectl/tool_formats.h"
 #include "daemon/fleet/fleet_store.h"
 #include "proto/fingerprint.h"
@@ -21,82 +22,29 @@
 namespace gputune::ctl {
 namespace {
 
-// ImportEntries requests stay below these (the daemon takes 100000 entries
-// and 64 MiB per request).
-constexpr size_t kImportChunkEntries = 10000;
-constexpr size_t kImportChunkBytes = 32 << 20;
-
 // Calls fn for each page of entries matching the command line's filter;
 // stops at the first page when `all` is false. Returns the next page token
 // (empty after the last page).
 absl::StatusOr<std::string> ForEachPage(
     Context& ctx, bool all, bool with_measurements, int page_size,
-    const std::function<void(v1::ListEntriesResponse&)>& fn,
-    const v1::EntryFilter* forced_filter = nullptr) {
-  absl::StatusOr<v1::EntryFilter> filter =
-      forced_filter != nullptr ? *forced_filter : FilterFromFlags(ctx.cl);
+    const std::function<void(v1::ListEntriesResponse&)>& fn) {
+  absl::StatusOr<v1::EntryFilter> filter = FilterFromFlags(ctx.cl);
   if (!filter.ok()) return filter.status();
   v1::ListEntriesRequest request;
   *request.mutable_filter() = *filter;
   request.set_page_size(page_size);
   request.set_page_token(ctx.cl.Get("page-token"));
   request.set_with_measurements(with_measurements);
-  std::set<std::string> seen;  // tokens: never loop over the same pages
-  while (true) {
-    absl::StatusOr<v1::ListEntriesResponse> page =
-        ctx.client.ListEntries(request);
-    if (!page.ok()) return page.status();
-    fn(*page);
-    if (!all || page->next_page_token().empty()) {
-      return page->next_page_token();
-    }
-    if (!seen.insert(page->next_page_token()).second) {
-      return absl::InternalError(absl::StrCat(
-          "gputuned returned the page token '", page->next_page_token(),
-          "' twice: stopping instead of listing the same entries again "
-          "(a daemon bug; list with a larger --limit meanwhile)"));
-    }
-    request.set_page_token(page->next_page_token());
-  }
+  return ForEachEntryPage(ctx.client, std::move(request), all, fn);
 }
 
 // Imports `entries` (validated already) and returns how many went in; on
 // failure the message (and how far it got) was printed.
 absl::StatusOr<size_t> ImportAll(Context& ctx,
-                                 const std::vector<v1::Entry>& all) {
-  const std::vector<v1::Entry>* entries = &all;
-  // Usually one request (all or nothing in the daemon). Larger files go in
-  // several; every entry was validated above, so the daemon refusing a later
-  // one is unexpected, and the message says how far it got.
-  size_t imported = 0;
-  size_t start = 0;
-  while (start < entries->size()) {
-    size_t end = start;
-    size_t bytes = 0;
-    while (end < entries->size() && end - start < kImportChunkEntries &&
-           (end == start ||
-            bytes + (*entries)[end].ByteSizeLong() < kImportChunkBytes)) {
-      bytes += (*entries)[end].ByteSizeLong();
-      ++end;
-    }
-    absl::StatusOr<uint32_t> n =
-        ctx.client.ImportEntries(std::vector<v1::Entry>(
-            entries->begin() + start, entries->begin() + end));
-    if (!n.ok()) {
-      ctx.err << "gputunectl: import: " << n.status().message() << "\n"
-              << (imported == 0
-                      ? std::string("nothing was imported")
-                      : absl::StrCat("the first ", imported,
-                                     " entries were imported, the other ",
-                                     entries->size() - imported,
-                                     " not: fix the cause and import the "
-                                     "whole file again (entries are "
-                                     "replaced)"))
-              << "\n";
-      return n.status();
-    }
-    imported += *n;
-    start = end;
+                                 const std::vector<v1::Entry>& entries) {
+  absl::StatusOr<size_t> imported = ImportInChunks(ctx.client, entries);
+  if (!imported.ok()) {
+    ctx.err << "gputunectl: import: " << imported.status().message() << "\n";
   }
   return imported;
 }
@@ -114,118 +62,45 @@ int PrintImported(Context& ctx, size_t imported, const std::string& path) {
   return kExitOk;
 }
 
-// A tool's cache file is read whole; larger ones are refused (a TunableOp
-// row is ~100 bytes: this is millions of entries).
-constexpr size_t kMaxToolFileBytes = 256 << 20;
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream file;
-  if (path != "-") {
-    file.open(path, std::ios::binary);
-    if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  }
-  std::istream& in = path == "-" ? std::cin : file;
-  std::string text;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    text.append(buffer, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxToolFileBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": larger than ", kMaxToolFileBytes >> 20, " MiB: not read"));
-    }
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return text;
-}
-
-// Writes `text` to `path` next to itself (path.partial), syncs it and renames
-// it: readers see the old file or the whole new one.
-absl::Status WriteAtomically(const std::string& path, absl::string_view text) {
-  const std::string tmp = path + ".partial";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot write ", tmp, ": check the directory exists and is writable"));
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  const bool ok = done == text.size() && fsync(fd) == 0;
-  close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(
-        "writing ", path, " failed (disk full?): nothing was exported"));
-  }
-  return absl::OkStatus();
-}
-
 // export --format: the entries of the format's op and one candidate set
 // (that of --match's file, or the only one there is), in the tool's format.
 int RunExportTool(Context& ctx, const std::string& format) {
   const std::string& path = ctx.cl.args[0];
   std::string want;  // candidate set; empty: the only one
   if (ctx.cl.Has("match")) {
-    absl::StatusOr<std::string> text = ReadWhole(ctx.cl.Get("match"));
+    absl::StatusOr<std::string> text = ReadWholeFile(ctx.cl.Get("match"));
     if (!text.ok()) return Fail(ctx, "export", text.status());
     absl::StatusOr<ToolFile> like =
         ReadToolFile(format, *text, ctx.cl.Get("match"));
     if (!like.ok()) return Fail(ctx, "export --match", like.status());
     want = like->candidate_set;
   }
-  v1::EntryFilter filter;
-  filter.set_op(format);
-  std::map<std::string, std::vector<v1::Entry>> by_set;
-  absl::StatusOr<std::string> next = ForEachPage(
-      ctx, /*all=*/true, /*with_measurements=*/false, /*page_size=*/1000,
-      [&](v1::ListEntriesResponse& page) {
-        for (v1::Entry& e : *page.mutable_entries()) {
-          by_set[e.key().candidate_set()].push_back(std::move(e));
-        }
-      },
-      &filter);
-  if (!next.ok()) return Fail(ctx, "export", next.status());
-  if (want.empty() && by_set.size() > 1) {
-    std::string sets;
-    for (const auto& [set, entries] : by_set) {
-      absl::StrAppend(&sets, "\n  ", set, " (", entries.size(), " entries)");
-    }
-    return UsageError(
-        ctx, absl::StrCat("the daemon holds ", format,
-                          " entries of several tool versions: name the "
-                          "version with --match=FILE (a cache file the tool "
-                          "wrote, or just its metadata):",
-                          sets));
+  absl::StatusOr<ToolEntries> held = ListToolEntries(ctx.client, format);
+  if (!held.ok()) return Fail(ctx, "export", held.status());
+  absl::StatusOr<std::vector<v1::Entry>> entries =
+      PickCandidateSet(*held, want);
+  if (absl::IsFailedPrecondition(entries.status())) {
+    return UsageError(ctx, entries.status().message());
   }
-  if (want.empty() && by_set.size() == 1) want = by_set.begin()->first;
-  auto found = by_set.find(want);
-  if (found == by_set.end()) {
+  if (absl::IsNotFound(entries.status())) {
     ctx.err << "gputunectl: export: no " << format << " entries"
-            << (by_set.empty() ? "" : " for the versions of --match's file")
+            << (held->empty() ? "" : " for the versions of --match's file")
             << ": nothing was written\n";
     return kExitNotFound;
   }
-  // Rows in key order, whatever order the daemon lists in: the same entries
-  // give the same bytes on every host.
-  std::sort(found->second.begin(), found->second.end(),
-            [](const v1::Entry& a, const v1::Entry& b) {
-              return a.key().custom().params() < b.key().custom().params();
-            });
-  absl::StatusOr<std::string> text = WriteToolFile(format, found->second);
+  if (!entries.ok()) return Fail(ctx, "export", entries.status());
+  absl::StatusOr<std::string> text = WriteToolFile(format, *entries);
   if (!text.ok()) return Fail(ctx, "export", text.status());
   if (path == "-") {
     ctx.out << *text;
     ctx.out.flush();
-  } else if (absl::Status s = WriteAtomically(path, *text); !s.ok()) {
+  } else if (absl::Status s = WriteFileAtomically(path, *text); !s.ok()) {
     return Fail(ctx, "export", s);
   }
-  const size_t count = found->second.size();
+  const size_t count = entries->size();
   ctx.err << "exported " << count << (count == 1 ? " entry" : " entries")
-          << " (" << want << ")" << (path == "-" ? "" : " to " + path) << "\n";
+          << " (" << entries->front().key().candidate_set() << ")"
+          << (path == "-" ? "" : " to " + path) << "\n";
   return kExitOk;
 }
 
@@ -234,7 +109,7 @@ int RunExportTool(Context& ctx, const std::string& format) {
 // --skip-bad is given.
 int RunImportTool(Context& ctx, const std::string& format) {
   const std::string& path = ctx.cl.args[0];
-  absl::StatusOr<std::string> text = ReadWhole(path);
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) return Fail(ctx, "import", text.status());
   absl::StatusOr<ToolFile> file =
       ReadToolFile(format, *text, path == "-" ? "<stdin>" : path);
@@ -255,6 +130,10 @@ int RunImportTool(Context& ctx, const std::string& format) {
   if (file->entries.empty()) {
     ctx.err << "gputunectl: import: no rows to import: nothing was imported\n";
     return kExitInvalid;
+  }
+  if (absl::Status s = AdoptDaemonFingerprint(ctx.client, file->entries);
+      !s.ok()) {
+    return Fail(ctx, "import", s);
   }
   absl::StatusOr<size_t> imported = ImportAll(ctx, file->entries);
   if (!imported.ok()) return ExitCodeFor(imported.status());

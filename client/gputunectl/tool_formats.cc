@@ -204,19 +204,26 @@ absl::StatusOr<std::string> WriteTunableOp(
   return out;
 }
 
-// --- TensorRT-LLM AutoTuner
-// ---------------------------------------------------
+// --- TensorRT-LLM AutoTuner -------------------------------------------------
 //
 // AutoTunerProfilingCache.save_cache (tensorrt_llm/_torch/autotuner.py)
-// writes json.dump(..., indent=2, default=str) of
-//   {"metadata": {"lib_version", "creation_timestamp", "device_name",
-//                 "device_capability"},
-//    "cache_data": {str(cache key tuple): {"runner_id", "tactic",
-//                                           "min_time"}}}
-// one file per rank. The JSON is parsed by protobuf (into a Struct); an
-// entry keeps the file's metadata and its own value in Execution.data (as
-// protobuf JSON) and export prints them back as Python's json.dump does.
-
+// writes json.dump(..., indent=2, default=str). Two layouts:
+//  - one file per rank (autotune(cache_path=P, rank=N) saves P's name with
+//    ".rankN.json"):
+//      {"metadata": {"lib_version", "creation_timestamp", "device_name",
+//                    "device_capability"},
+//       "cache_data": {str(cache key tuple): {"runner_id", "tactic",
+//                                              "min_time"}}}
+//  - one file for every rank (later versions: each rank merges its results
+//    into P under a lock): "metadata" as above, then "shared" (the ops every
+//    rank tunes alike; not in every version) and one "rank_N" object per
+//    rank, each of str(cache key tuple): {"runner_id", "tactic",
+//    "min_time"}; a rank loads "shared" and its own "rank_N" (some versions
+//    fail when their "rank_N" is missing, so an empty one is kept).
+// The JSON is parsed by protobuf (into a Struct); an entry keeps the file's
+// metadata and its own value in Execution.data (as protobuf JSON), with its
+// section and the file's sections in the second layout, and export prints
+// them back as Python's json.dump does.
 constexpr absl::string_view kTrtllm = "trtllm";
 // The metadata that says which library and GPU tuned the entries (the
 // creation time is kept but is not part of the candidate set).
@@ -439,9 +446,16 @@ void PythonJson(const pb::Value& v, int depth, absl::string_view name,
   }
 }
 
-// The line of `text` where cache_data's key `key` is (1 when not found).
-int LineOf(absl::string_view text, absl::string_view key) {
-  const size_t at = text.find(absl::StrCat(PythonString(key), ": "));
+// The line of `text` where the object key `key` is (1 when not found); with
+// `within`, the first `key` after the key `within` (a section's own).
+int LineOf(absl::string_view text, absl::string_view key,
+           absl::string_view within = "") {
+  size_t from = 0;
+  if (!within.empty()) {
+    from = text.find(absl::StrCat(PythonString(within), ": "));
+    if (from == absl::string_view::npos) from = 0;
+  }
+  const size_t at = text.find(absl::StrCat(PythonString(key), ": "), from);
   if (at == absl::string_view::npos) return 1;
   return 1 +
          static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
@@ -458,11 +472,13 @@ std::string CanonicalDigest(const pb::Struct& s) {
 }
 
 // An entry of a JSON format's op for cache key `params`: the file's
-// metadata and the key's value kept in Execution.data, to be written back.
+// metadata, the key's value and `extra` (fields of the format's own) kept in
+// Execution.data, to be written back.
 v1::Entry JsonEntry(absl::string_view op, const std::string& params,
                     const std::string& candidate_set,
-                    const pb::Struct& metadata, const pb::Value& value) {
-  pb::Struct data;
+                    const pb::Struct& metadata, const pb::Value& value,
+                    const pb::Struct& extra = {}) {
+  pb::Struct data = extra;
   *(*data.mutable_fields())["metadata"].mutable_struct_value() = metadata;
   (*data.mutable_fields())["value"] = value;
   v1::Entry entry;
@@ -475,10 +491,17 @@ v1::Entry JsonEntry(absl::string_view op, const std::string& params,
   return entry;
 }
 
-// The metadata and value a JsonEntry keeps; INVALID_ARGUMENT for an entry
-// that no import of `op` made.
-absl::StatusOr<std::pair<pb::Struct, pb::Value>> JsonEntryData(
-    absl::string_view op, const v1::Entry& e) {
+// What a JsonEntry keeps.
+struct JsonData {
+  pb::Struct metadata;
+  pb::Value value;
+  pb::Struct all;  // the whole of Execution.data, `extra` too
+};
+
+// The data a JsonEntry keeps; INVALID_ARGUMENT for an entry that no import
+// of `op` made.
+absl::StatusOr<JsonData> JsonEntryData(absl::string_view op,
+                                       const v1::Entry& e) {
   absl::StatusOr<pb::Struct> data = ParseStruct(e.execution().data());
   const auto* fields = data.ok() ? &data->fields() : nullptr;
   if (fields == nullptr || !fields->count("metadata") ||
@@ -487,8 +510,27 @@ absl::StatusOr<std::pair<pb::Struct, pb::Value>> JsonEntryData(
         absl::StrCat("entry ", e.key().custom().params(),
                      ": execution data is not a ", op, " import's"));
   }
-  return std::make_pair(fields->at("metadata").struct_value(),
-                        fields->at("value"));
+  return JsonData{fields->at("metadata").struct_value(), fields->at("value"),
+                  *std::move(data)};
+}
+
+// "shared" or "rank_N" (N a decimal index): a section of the one-file layout.
+bool TrtllmSection(absl::string_view name) {
+  if (name == "shared") return true;
+  if (!absl::ConsumePrefix(&name, "rank_") || name.empty() || name.size() > 7 ||
+      (name.size() > 1 && name[0] == '0')) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The order export writes sections in: "shared", then the ranks by number.
+bool TrtllmSectionBefore(const std::string& a, const std::string& b) {
+  auto rank = [](const std::string& s) {
+    return s == "shared" ? -1 : std::atoi(s.c_str() + 5);
+  };
+  return rank(a) < rank(b);
 }
 
 absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
@@ -507,13 +549,29 @@ absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
     return &it->second.struct_value();
   };
   const pb::Struct* metadata = object("metadata");
-  const pb::Struct* cache_data = object("cache_data");
-  if (metadata == nullptr || cache_data == nullptr) {
+  if (metadata == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         name,
-        ": expected the objects \"metadata\" and \"cache_data\" (as "
-        "AutoTunerProfilingCache.save_cache writes them): nothing was "
+        ": expected the object \"metadata\" (as "
+        "AutoTunerProfilingCache.save_cache writes it): nothing was "
         "imported"));
+  }
+  // One file per rank ("cache_data"), or one for all ("shared", "rank_N").
+  const pb::Struct* cache_data = object("cache_data");
+  std::vector<std::string> sections;
+  if (cache_data == nullptr) {
+    for (const auto& [k, v] : root->fields()) {
+      if (k == "metadata") continue;
+      if (!TrtllmSection(k) || !v.has_struct_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ":", LineOf(text, k), ": \"", k,
+            "\" is neither \"cache_data\" (a file per rank) nor a "
+            "\"shared\" or \"rank_N\" object (a file for every rank): "
+            "nothing was imported"));
+      }
+      sections.push_back(k);
+    }
+    std::sort(sections.begin(), sections.end(), TrtllmSectionBefore);
   }
   pb::Struct identity;
   for (absl::string_view k : kTrtllmIdentity) {
@@ -527,85 +585,164 @@ absl::StatusOr<ToolFile> ReadTrtllm(absl::string_view text,
   }
   ToolFile file;
   file.candidate_set = absl::StrCat(kTrtllm, ":", CanonicalDigest(identity));
-  // Rows in key order (the file's order is Python's insertion order, which
-  // protobuf's map does not keep).
-  std::vector<std::string> keys;
-  for (const auto& [k, unused] : cache_data->fields()) keys.push_back(k);
-  std::sort(keys.begin(), keys.end());
-  for (const std::string& k : keys) {
-    const pb::Value& value = cache_data->fields().at(k);
-    auto bad = [&](absl::string_view why) {
-      file.bad_rows.push_back(
-          absl::StrCat(name, ":", LineOf(text, k), ": ", why));
-    };
-    if (!value.has_struct_value()) {
-      bad("expected {\"runner_id\", \"tactic\", \"min_time\"}");
-      continue;
+  // What every entry of the one-file layout keeps besides its value: the
+  // file's sections (so that export writes an empty one back too).
+  pb::Struct layout;
+  for (const std::string& section : sections) {
+    (*layout.mutable_fields())["sections"]
+        .mutable_list_value()
+        ->add_values()
+        ->set_string_value(section);
+  }
+  // One section's rows (cache_data's when `section` is empty), in key order
+  // (the file's order is Python's insertion order, which protobuf's map does
+  // not keep).
+  auto read_rows = [&](const pb::Struct& rows, const std::string& section) {
+    std::vector<std::string> keys;
+    for (const auto& [k, unused] : rows.fields()) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    for (const std::string& k : keys) {
+      const pb::Value& value = rows.fields().at(k);
+      auto bad = [&](absl::string_view why) {
+        file.bad_rows.push_back(
+            absl::StrCat(name, ":", LineOf(text, k, section), ": ", why));
+      };
+      if (!value.has_struct_value()) {
+        bad("expected {\"runner_id\", \"tactic\", \"min_time\"}");
+        continue;
+      }
+      const auto& f = value.struct_value().fields();
+      auto runner = f.find("runner_id");
+      auto time = f.find("min_time");
+      if (runner == f.end() || !runner->second.has_number_value() ||
+          runner->second.number_value() < 0 ||
+          runner->second.number_value() > 1e6 ||
+          runner->second.number_value() !=
+              std::trunc(runner->second.number_value())) {
+        bad("runner_id must be an index (an integer >= 0)");
+        continue;
+      }
+      if (f.find("tactic") == f.end()) {
+        bad("no tactic");
+        continue;
+      }
+      if (time == f.end() || !time->second.has_number_value() ||
+          !std::isfinite(time->second.number_value()) ||
+          time->second.number_value() < 0 ||
+          time->second.number_value() > 3.6e6) {
+        bad("min_time must be a duration in milliseconds");
+        continue;
+      }
+      pb::Struct extra;
+      if (!section.empty()) {
+        extra = layout;
+        (*extra.mutable_fields())["section"].set_string_value(section);
+      }
+      // A section's key is its own: the same cache key may have another
+      // tactic on another rank.
+      v1::Entry entry = JsonEntry(
+          kTrtllm, section.empty() ? k : absl::StrCat(section, " ", k),
+          file.candidate_set, *metadata, value, extra);
+      (*entry.mutable_execution()->mutable_params())["runner_id"] =
+          static_cast<int32_t>(runner->second.number_value());
+      *entry.mutable_chosen_time() =
+          ToProto(absl::Microseconds(time->second.number_value() * 1e3));
+      if (absl::Status s = ValidateEntry(entry, "entry"); !s.ok()) {
+        bad(s.message());
+        continue;
+      }
+      file.entries.push_back(std::move(entry));
     }
-    const auto& f = value.struct_value().fields();
-    auto runner = f.find("runner_id");
-    auto time = f.find("min_time");
-    if (runner == f.end() || !runner->second.has_number_value() ||
-        runner->second.number_value() < 0 ||
-        runner->second.number_value() > 1e6 ||
-        runner->second.number_value() !=
-            std::trunc(runner->second.number_value())) {
-      bad("runner_id must be an index (an integer >= 0)");
-      continue;
+  };
+  if (cache_data != nullptr) {
+    read_rows(*cache_data, "");
+  } else {
+    for (const std::string& section : sections) {
+      read_rows(*object(section), section);
     }
-    if (f.find("tactic") == f.end()) {
-      bad("no tactic");
-      continue;
-    }
-    if (time == f.end() || !time->second.has_number_value() ||
-        !std::isfinite(time->second.number_value()) ||
-        time->second.number_value() < 0 ||
-        time->second.number_value() > 3.6e6) {
-      bad("min_time must be a duration in milliseconds");
-      continue;
-    }
-    v1::Entry entry =
-        JsonEntry(kTrtllm, k, file.candidate_set, *metadata, value);
-    (*entry.mutable_execution()->mutable_params())["runner_id"] =
-        static_cast<int32_t>(runner->second.number_value());
-    *entry.mutable_chosen_time() =
-        ToProto(absl::Microseconds(time->second.number_value() * 1e3));
-    if (absl::Status s = ValidateEntry(entry, "entry"); !s.ok()) {
-      bad(s.message());
-      continue;
-    }
-    file.entries.push_back(std::move(entry));
   }
   return file;
 }
 
+// `value`, an object of runner_id, tactic and min_time, at `depth`.
+void TrtllmValue(const pb::Value& value, int depth, std::string* out) {
+  const pb::Struct& s = value.struct_value();
+  PythonObject(s, KeyOrder(s, kTrtllmValueOrder), depth, out);
+}
+
 absl::StatusOr<std::string> WriteTrtllm(const std::vector<v1::Entry>& entries) {
   pb::Struct metadata;
-  pb::Struct cache_data;
+  // Rows by section ("" for the one-file-per-rank layout's cache_data), in
+  // the order given.
+  std::map<std::string, std::vector<std::pair<std::string, pb::Value>>> rows;
+  std::vector<std::string> sections;
+  bool per_rank_file = false;
   for (const v1::Entry& e : entries) {
     auto data = JsonEntryData(kTrtllm, e);
     if (!data.ok()) return data.status();
     // The first entry's metadata (its creation_timestamp too): entries of
     // one candidate set agree on the rest.
-    if (metadata.fields().empty()) metadata = data->first;
-    (*cache_data.mutable_fields())[e.key().custom().params()] = data->second;
+    if (metadata.fields().empty()) metadata = data->metadata;
+    const auto& fields = data->all.fields();
+    auto section = fields.find("section");
+    const bool sectioned = section != fields.end();
+    if (&e != &entries.front() && sectioned == per_rank_file) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry ", e.key().custom().params(),
+          ": some entries come from a file per rank (cache_data), others "
+          "from a file for every rank (rank_N sections): one file holds one "
+          "layout"));
+    }
+    per_rank_file = !sectioned;
+    if (!sectioned) {
+      rows[""].emplace_back(e.key().custom().params(), data->value);
+      continue;
+    }
+    const std::string& name = section->second.string_value();
+    absl::string_view key = e.key().custom().params();
+    if (!TrtllmSection(name) || !absl::ConsumePrefix(&key, name + " ")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry ", e.key().custom().params(),
+                       ": execution data names no section of its key"));
+    }
+    rows[name].emplace_back(std::string(key), data->value);
+    sections.push_back(name);
+    if (auto all = fields.find("sections"); all != fields.end()) {
+      for (const pb::Value& v : all->second.list_value().values()) {
+        if (TrtllmSection(v.string_value())) {
+          sections.push_back(v.string_value());
+        }
+      }
+    }
   }
+  std::sort(sections.begin(), sections.end(), TrtllmSectionBefore);
+  sections.erase(std::unique(sections.begin(), sections.end()), sections.end());
+  // One object of rows at depth 1, as json.dump(indent=2) prints it.
+  auto print_rows =
+      [](const std::vector<std::pair<std::string, pb::Value>>& section_rows,
+         std::string* out) {
+        if (section_rows.empty()) {
+          *out += "{}";
+          return;
+        }
+        *out += "{";
+        for (size_t i = 0; i < section_rows.size(); ++i) {
+          absl::StrAppend(out, i == 0 ? "\n" : ",\n", "    ",
+                          PythonString(section_rows[i].first), ": ");
+          TrtllmValue(section_rows[i].second, 2, out);
+        }
+        *out += "\n  }";
+      };
   std::string out = "{\n  \"metadata\": ";
   PythonObject(metadata, KeyOrder(metadata, kTrtllmMetadataOrder), 1, &out);
-  out += ",\n  \"cache_data\": ";
-  std::vector<std::string> keys;
-  for (const v1::Entry& e : entries) keys.push_back(e.key().custom().params());
-  if (keys.empty()) {
-    out += "{}";
+  if (per_rank_file || entries.empty()) {
+    out += ",\n  \"cache_data\": ";
+    print_rows(rows[""], &out);
   } else {
-    out += "{";
-    for (size_t i = 0; i < keys.size(); ++i) {
-      absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    ",
-                      PythonString(keys[i]), ": ");
-      const pb::Struct& value = cache_data.fields().at(keys[i]).struct_value();
-      PythonObject(value, KeyOrder(value, kTrtllmValueOrder), 2, &out);
+    for (const std::string& section : sections) {
+      absl::StrAppend(&out, ",\n  ", PythonString(section), ": ");
+      print_rows(rows[section], &out);
     }
-    out += "\n  }";
   }
   out += "\n}";
   return out;
@@ -684,9 +821,9 @@ absl::StatusOr<std::string> WriteFlashinferV1(
   for (const v1::Entry& e : entries) {
     auto data = JsonEntryData(kFlashinferV1, e);
     if (!data.ok()) return data.status();
-    if (metadata.fields().empty()) metadata = data->first;
+    if (metadata.fields().empty()) metadata = data->metadata;
     keys.push_back(e.key().custom().params());
-    (*root.mutable_fields())[keys.back()] = data->second;
+    (*root.mutable_fields())[keys.back()] = data->value;
   }
   // FlashInfer sorts the keys; "_metadata" comes first.
   std::sort(keys.begin(), keys.end());

@@ -1,5 +1,6 @@
 #include "tests/client/client_test_support.h"
 
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -7,6 +8,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
+#include "tests/support/catch.h"
 #include "tests/support/sanitized.h"
 
 namespace gputune::testing {
@@ -173,6 +175,14 @@ CtlResult RunCtlAt(const std::string& endpoint, std::vector<std::string> args) {
   r.out = out.str();
   r.err = err.str();
   return r;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  INFO(path);
+  REQUIRE(out.good());
 }
 
 CtlResult RunCtl(const DaemonProcess& daemon, std::vector<std::string> args) {

@@ -56,6 +56,10 @@ v1::Entry MakeHit(Client& client, const v1::Key& key,
 // A custom-op key for tests.
 v1::Key CustomKey(const std::string& params, const std::string& cs = "cs1");
 
+// Writes `text` to `path` (replacing it); REQUIRE fails when it cannot.
+// (ReadFile, daemon_process.h, reads one back.)
+void WriteFile(const std::string& path, const std::string& text);
+
 // gputunectl run in-process.
 struct CtlResult {
   int exit_code = -1;

@@ -39,7 +39,8 @@ TEST_CASE("the example builds against the installed package and runs") {
                    prefix + "'",
                log);
   // The installed tree: headers, both libraries (the links and the files
-  // they point to: exists() follows links), package files, gputunectl.
+  // they point to: exists() follows links), package files, gputunectl and
+  // gputune-sync.
   for (const char* path :
        {"include/gputune/client.h", "include/gputune/v1/tune.pb.h",
         "include/gputune/v1/tune.grpc.pb.h",
@@ -50,7 +51,8 @@ TEST_CASE("the example builds against the installed package and runs") {
         GPUTUNE_INSTALL_LIBDIR "/libgputune.so",
         GPUTUNE_INSTALL_LIBDIR "/libgputune.so.0",
         GPUTUNE_INSTALL_LIBDIR "/libgputune_api.so",
-        GPUTUNE_INSTALL_LIBDIR "/libgputune_api.so.0", "bin/gputunectl"}) {
+        GPUTUNE_INSTALL_LIBDIR "/libgputune_api.so.0", "bin/gputunectl",
+        "bin/gputune-sync"}) {
     INFO(path);
     CHECK(std::filesystem::exists(prefix + "/" + path));
   }

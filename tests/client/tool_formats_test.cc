@@ -22,17 +22,6 @@ using ctl::kExitNotFound;
 using ctl::kExitOk;
 using ctl::kExitUsage;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void Spit(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
 // What TuningContext::WriteFile writes (PyTorch's Tunable.cpp): the
 // validators, then OP_SIGNATURE,PARAMS_SIGNATURE,SOLUTION,TIME per result,
 // TIME in milliseconds at the stream's default precision. Rows in key order.
@@ -69,7 +58,7 @@ std::map<std::string, v1::Entry> RoundTrip(const DaemonProcess& daemon,
                                            const std::string& out) {
   auto client = ClientOf(daemon);
   const std::string in = out + ".in";
-  Spit(in, text);
+  WriteFile(in, text);
   CtlResult imported = RunCtl(daemon, {"import", "--format=" + format, in});
   INFO(imported.err);
   REQUIRE(imported.exit_code == kExitOk);
@@ -87,7 +76,7 @@ std::map<std::string, v1::Entry> RoundTrip(const DaemonProcess& daemon,
   CtlResult exported = RunCtl(daemon, {"export", "--format=" + format, out});
   INFO(exported.err);
   REQUIRE(exported.exit_code == kExitOk);
-  REQUIRE(Slurp(out) == text);
+  REQUIRE(ReadFile(out) == text);
   REQUIRE(!std::filesystem::exists(out + ".partial"));
   return entries;
 }
@@ -117,12 +106,12 @@ TEST_CASE(
   const std::string old_file = daemon.dir() + "/old.csv";
   const std::string new_file = daemon.dir() + "/new.csv";
   const std::string out = daemon.dir() + "/out.csv";
-  Spit(old_file, TunableOpFile("2.5.0"));
+  WriteFile(old_file, TunableOpFile("2.5.0"));
   // The newer version's file holds its metadata only (what a cold start of
   // the tool is matched against).
   std::string newer = TunableOpFile("2.6.0");
   newer = newer.substr(0, newer.find("Gemm"));
-  Spit(new_file, newer);
+  WriteFile(new_file, newer);
   REQUIRE(
       RunCtl(daemon, {"import", "--format=tunableop", old_file}).exit_code ==
       kExitOk);
@@ -136,7 +125,7 @@ TEST_CASE(
   REQUIRE(RunCtl(daemon,
                  {"export", "--format=tunableop", "--match=" + old_file, out})
               .exit_code == kExitOk);
-  REQUIRE(Slurp(out) == TunableOpFile("2.5.0"));
+  REQUIRE(ReadFile(out) == TunableOpFile("2.5.0"));
 }
 
 TEST_CASE("entries of two TunableOp versions need --match to be exported") {
@@ -149,8 +138,8 @@ TEST_CASE("entries of two TunableOp versions need --match to be exported") {
       head + "2.5.0\nGemmTunableOp_float_NN,nn_1_2_3,Default,0.5\n";
   const std::string b_text =
       head + "2.6.0\nGemmTunableOp_float_TT,tt_4_5_6,Gemm_Cublas_7,0.25\n";
-  Spit(a, a_text);
-  Spit(b, b_text);
+  WriteFile(a, a_text);
+  WriteFile(b, b_text);
   REQUIRE(RunCtl(daemon, {"import", "--format=tunableop", a}).exit_code ==
           kExitOk);
   REQUIRE(RunCtl(daemon, {"import", "--format=tunableop", b}).exit_code ==
@@ -160,7 +149,7 @@ TEST_CASE("entries of two TunableOp versions need --match to be exported") {
   REQUIRE(ambiguous.err.find("several tool versions") != std::string::npos);
   REQUIRE(RunCtl(daemon, {"export", "--format=tunableop", "--match=" + b, out})
               .exit_code == kExitOk);
-  REQUIRE(Slurp(out) == b_text);
+  REQUIRE(ReadFile(out) == b_text);
 }
 
 TEST_CASE(
@@ -169,13 +158,14 @@ TEST_CASE(
   DaemonProcess daemon({"--backend=none"});
   auto client = ClientOf(daemon);
   const std::string file = daemon.dir() + "/damaged.csv";
-  Spit(file,
-       "Validator,PT_VERSION,2.5.0\n"
-       "GemmTunableOp_float_NT,nt_1_2_3,Default,0.5\n"
-       "GemmTunableOp_float_NT,nt_4_5_6\n"               // line 3: no solution
-       "GemmTunableOp_float_NT,nt_7_8_9,Default,fast\n"  // line 4: bad time
-       "GemmTunableOp_float_NT,nt_1_2_3,Gemm_Cublas_1,0.4\n"  // line 5: again
-       "GemmTunableOp_float_TN,tn_1_2_3,Gemm_Cublas_2,0.25\n");
+  WriteFile(
+      file,
+      "Validator,PT_VERSION,2.5.0\n"
+      "GemmTunableOp_float_NT,nt_1_2_3,Default,0.5\n"
+      "GemmTunableOp_float_NT,nt_4_5_6\n"               // line 3: no solution
+      "GemmTunableOp_float_NT,nt_7_8_9,Default,fast\n"  // line 4: bad time
+      "GemmTunableOp_float_NT,nt_1_2_3,Gemm_Cublas_1,0.4\n"  // line 5: again
+      "GemmTunableOp_float_TN,tn_1_2_3,Gemm_Cublas_2,0.25\n");
   CtlResult refused = RunCtl(daemon, {"import", "--format=tunableop", file});
   REQUIRE(refused.exit_code == kExitInvalid);
   REQUIRE(refused.err.find(file + ":3: ") != std::string::npos);
@@ -196,11 +186,11 @@ TEST_CASE("a TunableOp file without its versions is refused whole") {
   DaemonProcess daemon({"--backend=none"});
   auto client = ClientOf(daemon);
   const std::string file = daemon.dir() + "/noversion.csv";
-  Spit(file, "GemmTunableOp_float_NT,nt_1_2_3,Default,0.5\n");
+  WriteFile(file, "GemmTunableOp_float_NT,nt_1_2_3,Default,0.5\n");
   CtlResult r = RunCtl(daemon, {"import", "--format=tunableop", file});
   REQUIRE(r.exit_code == kExitInvalid);
   REQUIRE(r.err.find("no Validator,PT_VERSION line") != std::string::npos);
-  Spit(file, "Validator,PT_VERSION,2.5.0,extra\n");
+  WriteFile(file, "Validator,PT_VERSION,2.5.0,extra\n");
   REQUIRE(RunCtl(daemon, {"import", "--format=tunableop", file}).exit_code ==
           kExitInvalid);
   REQUIRE(EntriesOf(*client).empty());
@@ -257,14 +247,87 @@ TEST_CASE(
 
   // Another TensorRT-LLM version's file is not given these entries.
   const std::string newer = daemon.dir() + "/newer.json";
-  Spit(newer,
-       "{\"metadata\": {\"lib_version\": \"1.1.0\", "
-       "\"creation_timestamp\": 1.0, \"device_name\": \"NVIDIA H200\", "
-       "\"device_capability\": [9, 0]}, \"cache_data\": {}}");
+  WriteFile(newer,
+            "{\"metadata\": {\"lib_version\": \"1.1.0\", "
+            "\"creation_timestamp\": 1.0, \"device_name\": \"NVIDIA H200\", "
+            "\"device_capability\": [9, 0]}, \"cache_data\": {}}");
   CtlResult none = RunCtl(
       daemon, {"export", "--format=trtllm", "--match=" + newer, out + "2"});
   REQUIRE(none.exit_code == kExitNotFound);
   REQUIRE(!std::filesystem::exists(out + "2"));
+}
+
+// What the later AutoTunerProfilingCache.save_cache writes, one file for
+// every rank (TensorRT-LLM's autotuner.py: each rank merges its results into
+// the file under a lock, json.dump(indent=2, default=str)): "metadata", then
+// "shared" (the ops every rank tunes alike), then one "rank_N" per rank in
+// the order the ranks saved (here in rank order), an empty one for a rank
+// that tuned nothing of its own; the tactic is repr(tactic).
+std::string TrtllmRanksFile() {
+  return R"json({
+  "metadata": {
+    "lib_version": "1.2.0rc1",
+    "creation_timestamp": 1764806400.25,
+    "device_name": "NVIDIA H200",
+    "device_capability": [
+      9,
+      0
+    ]
+  },
+  "shared": {
+    "('trtllm::allreduce', 'AllReduceRunner', '(8, 0)', ((8, 7168),))": {
+      "runner_id": 0,
+      "tactic": "3",
+      "min_time": 0.0042
+    }
+  },
+  "rank_0": {
+    "('trtllm::fp4_gemm', 'FP4GemmRunner', '(torch.bfloat16,)', ((128, 4096), (14336, 2048)))": {
+      "runner_id": 0,
+      "tactic": "(128, 256, 1)",
+      "min_time": 0.0123456
+    }
+  },
+  "rank_1": {
+    "('trtllm::fp4_gemm', 'FP4GemmRunner', '(torch.bfloat16,)', ((128, 4096), (14336, 2048)))": {
+      "runner_id": 0,
+      "tactic": "(64, 256, 2)",
+      "min_time": 0.0125
+    }
+  },
+  "rank_2": {}
+})json";
+}
+
+TEST_CASE(
+    "a TensorRT-LLM cache for every rank keeps each rank's section and "
+    "exports back byte for byte") {
+  DaemonProcess daemon({"--backend=none"});
+  const std::string out = daemon.dir() + "/autotuner.json";
+  std::map<std::string, v1::Entry> entries =
+      RoundTrip(daemon, "trtllm", TrtllmRanksFile(), out);
+  // The same cache key on two ranks: two entries, each rank's own tactic.
+  const std::string cs = entries.begin()->second.key().candidate_set();
+  const std::string gemm =
+      " ('trtllm::fp4_gemm', 'FP4GemmRunner', '(torch.bfloat16,)', ((128, "
+      "4096), (14336, 2048)))@" +
+      cs;
+  REQUIRE(entries.count("trtllm/rank_0" + gemm) == 1);
+  REQUIRE(entries.count("trtllm/rank_1" + gemm) == 1);
+  CHECK(entries.at("trtllm/rank_1" + gemm).chosen_time().nanos() == 12500);
+  CHECK(entries.count("trtllm/shared ('trtllm::allreduce', 'AllReduceRunner', "
+                      "'(8, 0)', ((8, 7168),))@" +
+                      cs) == 1);
+
+  // Not a section of either layout: refused whole, by line.
+  const std::string odd = daemon.dir() + "/odd.json";
+  std::string text = TrtllmRanksFile();
+  text.replace(text.find("\"rank_2\""), 8, "\"rank_02\"");
+  WriteFile(odd, text);
+  CtlResult refused = RunCtl(daemon, {"import", "--format=trtllm", odd});
+  REQUIRE(refused.exit_code == kExitInvalid);
+  REQUIRE(refused.err.find(odd + ":32: \"rank_02\" is neither") !=
+          std::string::npos);
 }
 
 TEST_CASE("bad TensorRT-LLM entries are reported by line") {
@@ -276,7 +339,7 @@ TEST_CASE("bad TensorRT-LLM entries are reported by line") {
   // 17).
   const std::string from = "\"min_time\": 2.0";
   text.replace(text.find(from), from.size(), "\"min_time\": \"fast\"");
-  Spit(file, text);
+  WriteFile(file, text);
   CtlResult refused = RunCtl(daemon, {"import", "--format=trtllm", file});
   REQUIRE(refused.exit_code == kExitInvalid);
   REQUIRE(refused.err.find(file + ":17: min_time") != std::string::npos);
@@ -284,7 +347,7 @@ TEST_CASE("bad TensorRT-LLM entries are reported by line") {
   REQUIRE(RunCtl(daemon, {"import", "--format=trtllm", "--skip-bad", file})
               .exit_code == kExitOk);
   REQUIRE(EntriesOf(*client).size() == 2);
-  Spit(file, "{\"cache_data\": {}}");
+  WriteFile(file, "{\"cache_data\": {}}");
   CtlResult no_metadata = RunCtl(daemon, {"import", "--format=trtllm", file});
   REQUIRE(no_metadata.exit_code == kExitInvalid);
   REQUIRE(no_metadata.err.find("\"metadata\"") != std::string::npos);
@@ -332,7 +395,7 @@ TEST_CASE("a FlashInfer v1 cache imports and exports back byte for byte") {
   // Another FlashInfer version's file is not given these entries.
   const std::string newer = daemon.dir() + "/newer.json";
   std::string text = FlashinferV1File("0.5.0");
-  Spit(newer, text.substr(0, text.find("},") + 1) + "\n}");
+  WriteFile(newer, text.substr(0, text.find("},") + 1) + "\n}");
   CtlResult none = RunCtl(daemon, {"export", "--format=flashinfer-v1",
                                    "--match=" + newer, out + "2"});
   INFO(none.err);
@@ -340,7 +403,7 @@ TEST_CASE("a FlashInfer v1 cache imports and exports back byte for byte") {
   REQUIRE(RunCtl(daemon, {"export", "--format=flashinfer-v1",
                           "--match=" + out + ".in", out + "3"})
               .exit_code == kExitOk);
-  REQUIRE(Slurp(out + "3") == FlashinferV1File("0.4.1"));
+  REQUIRE(ReadFile(out + "3") == FlashinferV1File("0.4.1"));
 }
 
 TEST_CASE("bad FlashInfer v1 configs are reported by line") {
@@ -351,7 +414,7 @@ TEST_CASE("bad FlashInfer v1 configs are reported by line") {
   // The cuDNN config (its key on line 17) loses its runner name.
   const std::string from = "\"CudnnFp4GemmRunner\",\n    3";
   text.replace(text.find(from), from.size(), "3");
-  Spit(file, text);
+  WriteFile(file, text);
   CtlResult refused =
       RunCtl(daemon, {"import", "--format=flashinfer-v1", file});
   REQUIRE(refused.exit_code == kExitInvalid);
@@ -359,7 +422,7 @@ TEST_CASE("bad FlashInfer v1 configs are reported by line") {
       refused.err.find(file + ":17: expected [runner class name, tactic]") !=
       std::string::npos);
   REQUIRE(EntriesOf(*client).empty());
-  Spit(file, "{\"k\": [\"R\", 1]}");
+  WriteFile(file, "{\"k\": [\"R\", 1]}");
   CtlResult no_metadata =
       RunCtl(daemon, {"import", "--format=flashinfer-v1", file});
   REQUIRE(no_metadata.exit_code == kExitInvalid);
