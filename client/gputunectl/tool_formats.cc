@@ -757,6 +757,13 @@ absl::StatusOr<std::string> WriteTrtllm(const std::vector<v1::Entry>& entries) {
 // running environment's (or is not "*").
 
 constexpr absl::string_view kFlashinferV1 = "flashinfer-v1";
+// Keys of FlashInfer's own bookkeeping, not configs: the environment that
+// wrote the file last (_last_updated_by, beside _metadata's first writer:
+// FlashInfer's docs/autotuning.rst, "Cache File Format") and a hash of the
+// rest (_generation). An import ignores them; an export writes neither
+// (FlashInfer loads a file without them).
+constexpr absl::string_view kFlashinferBookkeeping[] = {"_last_updated_by",
+                                                        "_generation"};
 constexpr absl::string_view kFlashinferMetadataOrder[] = {
     "flashinfer_version", "cuda_version",           "cublas_version",
     "cudnn_version",      "cudnn_frontend_version", "gpu"};
@@ -784,7 +791,11 @@ absl::StatusOr<ToolFile> ReadFlashinferV1(absl::string_view text,
       absl::StrCat(kFlashinferV1, ":", CanonicalDigest(metadata));
   std::vector<std::string> keys;
   for (const auto& [k, unused] : root->fields()) {
-    if (k != "_metadata") keys.push_back(k);
+    if (k != "_metadata" && std::find(std::begin(kFlashinferBookkeeping),
+                                      std::end(kFlashinferBookkeeping),
+                                      k) == std::end(kFlashinferBookkeeping)) {
+      keys.push_back(k);
+    }
   }
   std::sort(keys.begin(), keys.end());
   for (const std::string& k : keys) {

@@ -406,6 +406,30 @@ TEST_CASE("a FlashInfer v1 cache imports and exports back byte for byte") {
   REQUIRE(ReadFile(out + "3") == FlashinferV1File("0.4.1"));
 }
 
+TEST_CASE(
+    "a FlashInfer cache that names its last writer and its generation imports "
+    "its configs alone") {
+  DaemonProcess daemon({"--backend=none"});
+  auto client = ClientOf(daemon);
+  const std::string file = daemon.dir() + "/incremental.json";
+  std::string text = FlashinferV1File("0.4.1");
+  // What later FlashInfer writes beside _metadata on an incremental save.
+  text.insert(text.find("\n  \"_metadata\"") + 1,
+              "  \"_generation\": \"5f1c\",\n"
+              "  \"_last_updated_by\": {\"flashinfer_version\": \"0.4.2\"},\n");
+  WriteFile(file, text);
+  CtlResult imported =
+      RunCtl(daemon, {"import", "--format=flashinfer-v1", file});
+  INFO(imported.err);
+  REQUIRE(imported.exit_code == kExitOk);
+  REQUIRE_FALSE(EntriesOf(*client).empty());
+  // The configs, for _metadata's versions; the bookkeeping is not kept.
+  const std::string out = daemon.dir() + "/out.json";
+  REQUIRE(RunCtl(daemon, {"export", "--format=flashinfer-v1", out}).exit_code ==
+          kExitOk);
+  REQUIRE(ReadFile(out) == FlashinferV1File("0.4.1"));
+}
+
 TEST_CASE("bad FlashInfer v1 configs are reported by line") {
   DaemonProcess daemon({"--backend=none"});
   auto client = ClientOf(daemon);
