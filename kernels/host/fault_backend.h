@@ -1,7 +1,9 @@
-// FaultBackend: a TEST-ONLY Backend whose candidates misbehave on purpose, so
-// that the engine's and the daemon's handling of bad kernels can be tested
-// without a broken GPU. It lives in gputune_kernels_testing, never in
-// gputune_kernels; gputuned offers it only behind --backend=fault.
+// FaultBackend: a Backend whose candidates misbehave on purpose, so that the
+// engine's and the daemon's handling of bad kernels can be tested without a
+// broken GPU. It lives in gputune_kernels_fault, never in gputune_kernels:
+// the kernels tests link it, and gputuned offers it behind --backend=fault
+// so that the integration tests exercise the real binary's failure paths
+// (kernels/CMakeLists.txt says why gputuned carries it).
 //
 //   kernels::FaultBackend backend({{"fault.fixed", {{"time_us", 100}}},
 //                                  {"fault.fixed", {{"time_us", 97}}}});
