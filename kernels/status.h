@@ -13,9 +13,13 @@
 // code above the kernels (which uses absl) reads a kernels status the same
 // way and a code passes through unchanged: absl::StatusCode(s.code()).
 //
-// No kernel library function throws: errors are these values. A function
-// that calls a C++ library that can throw (std::bad_alloc, std::system_error
-// from a thread) converts at its own boundary.
+// The library's entry points (the engine, the backends, HostKernel,
+// DensePlan's resolution, DenseRunner, the CUDA module's open call) never
+// throw: errors are these values, and a function that calls a C++ library
+// that can throw (std::bad_alloc, std::system_error from a thread) converts
+// at its own boundary. Only inside kernels/cuda do the low-level device
+// helpers (CheckCuda and the launches and buffers built on it) report by
+// throwing; cuda_status.h says where that is converted.
 #ifndef GPUTUNE_KERNELS_STATUS_H_
 #define GPUTUNE_KERNELS_STATUS_H_
 
