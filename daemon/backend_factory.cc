@@ -90,7 +90,18 @@ std::unique_ptr<kernels::Backend> OpenCuda(const Config& config,
   // whose references would take longer is refused up front, saying so.
   options.reference_limit_seconds =
       absl::ToDoubleSeconds(config.job_timeout) / 2;
-  return std::unique_ptr<kernels::Backend>(open(&options, error));
+  kernels::Backend* backend = nullptr;
+  char message[kernels::kCudaModuleMessageBytes] = "";
+  const int code = open(&options, &backend, message, sizeof(message));
+  if (code != static_cast<int>(kernels::StatusCode::kOk) ||
+      backend == nullptr) {
+    *error = message[0] != '\0'
+                 ? std::string(message)
+                 : absl::StrCat("the CUDA module's open call failed (code ",
+                                code, ")");
+    return nullptr;
+  }
+  return std::unique_ptr<kernels::Backend>(backend);
 }
 
 // Whether this machine can have a CUDA device at all: the NVIDIA driver's
@@ -113,14 +124,17 @@ BackendChoice MakeBackend(const Config& config) {
   } else if (config.backend == "host") {
     choice.backend = std::make_unique<kernels::HostBackend>();
   } else if (config.backend == "fault") {
-    std::vector<kernels::Execution> candidates =
+    kernels::StatusOr<std::vector<kernels::Execution>> candidates =
         kernels::FaultBackend::DefaultCandidates();
     if (!config.fault_candidates.empty()) {
-      candidates = kernels::FaultBackend::ParseCandidates(
-          config.fault_candidates, &choice.error);
+      candidates =
+          kernels::FaultBackend::ParseCandidates(config.fault_candidates);
     }
-    if (!candidates.empty()) {
-      choice.backend = std::make_unique<kernels::FaultBackend>(candidates);
+    if (candidates.ok()) {
+      choice.backend =
+          std::make_unique<kernels::FaultBackend>(std::move(*candidates));
+    } else {
+      choice.error = candidates.status().message();
     }
   } else if (config.backend == "cuda") {
     std::string error;

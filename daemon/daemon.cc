@@ -89,9 +89,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 kernels::AutotuneLog AutotuneLevel(const std::string& name) {
-  bool ok = false;
-  kernels::AutotuneLog level = kernels::ParseAutotuneLog(name, &ok);
-  return ok ? level : kernels::AutotuneLog::kMinimal;
+  const kernels::StatusOr<kernels::AutotuneLog> level =
+      kernels::ParseAutotuneLog(name);
+  return level.ok() ? *level : kernels::AutotuneLog::kMinimal;
 }
 
 }  // namespace

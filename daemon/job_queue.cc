@@ -398,33 +398,30 @@ void JobQueue::Run(Job& job) {
   };
   kernels::TuneOptions tune = options_.tune;
   tune.log = autotune_log_.load();
-  kernels::TuneReport report;
-  try {
-    report = kernels::TuneDense(*backend_, ShapeOf(job.key.dense_bf16()), tune,
-                                hooks);
-  } catch (const std::exception& e) {
-    report.ok = false;
-    report.error = absl::StrCat("engine error: ", e.what());
-  }
+  // TuneDense never throws (engine.h): failures are in report.status.
+  kernels::TuneReport report =
+      kernels::TuneDense(*backend_, ShapeOf(job.key.dense_bf16()), tune, hooks);
+  bool ok = report.status.ok();
+  std::string error = report.status.message();  // why not ok: every waiter's
   // A lost device makes every result of the job suspect: record nothing.
-  if (std::string lost = backend_->DeviceError(); !lost.empty()) {
+  if (kernels::Status device = backend_->DeviceStatus(); !device.ok()) {
+    const std::string& lost = device.message();
     spdlog::critical(
         "the device is unusable ({}): TuneDense is refused until gputuned "
         "restarts; the cache is still served",
         lost);
-    report.ok = false;
-    report.error = absl::StrCat("the device was lost: ", lost);
+    ok = false;
+    error = absl::StrCat("the device was lost: ", lost);
     absl::MutexLock lock(&mu_);
     backend_error_ =
         absl::StrCat("the device was lost: ", lost, " (restart gputuned)");
   }
-  if (cancel_.load() && !report.ok && report.error == "cancelled") {
-    report.error =
-        "cancelled (daemon shutting down or job over its time limit)";
+  if (cancel_.load() && !ok && error == "cancelled") {
+    error = "cancelled (daemon shutting down or job over its time limit)";
   }
 
   absl::StatusOr<v1::KeyStatus> result;
-  if (report.ok) {
+  if (ok) {
     absl::StatusOr<Arbiter::RecordTicket> ticket =
         arbiter_->BeginRecord(job.claim_id, ClaimKind::kDaemon);
     if (!ticket.ok()) {
@@ -443,16 +440,16 @@ void JobQueue::Run(Job& job) {
         result = arbiter_->Lookup(job.key);
       } else {
         arbiter_->CancelRecord(*ticket);
-        report.ok = false;
-        report.error = absl::StrCat("cannot persist the entry: ", s.message());
+        ok = false;
+        error = absl::StrCat("cannot persist the entry: ", s.message());
       }
     }
   }
-  if (!report.ok) {
-    spdlog::warn("tuning {} failed: {}", key_text, report.error);
+  if (!ok) {
+    spdlog::warn("tuning {} failed: {}", key_text, error);
     (void)arbiter_->Abandon(job.claim_id, ClaimKind::kDaemon);
     result = absl::AbortedError(
-        absl::StrCat("tuning ", key_text, " failed: ", report.error));
+        absl::StrCat("tuning ", key_text, " failed: ", error));
   }
   {
     absl::MutexLock lock(&mu_);

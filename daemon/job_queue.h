@@ -18,7 +18,7 @@
 // host reference: kernels::Backend::SetCancel), so the job ends well inside
 // the job_timeout + 30 s that WorkerAlive allows before the watchdog stops.
 // After every job the backend is asked whether its device is still usable
-// (Backend::DeviceError): a lost device (a sticky CUDA error) fails that job
+// (Backend::DeviceStatus): a lost device (a sticky CUDA error) fails that job
 // and refuses TuneDense from then on with FAILED_PRECONDITION; the cache is
 // still served, and the watchdog stops pinging so that systemd restarts the
 // daemon with a fresh context.
@@ -106,7 +106,7 @@ class JobQueue {
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether TuneDense can benchmark; the reason when it cannot (no backend,
-  // or the device was lost: see Backend::DeviceError).
+  // or the device was lost: see Backend::DeviceStatus).
   bool ready() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string backend_error() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once a backend that worked has lost its device.

@@ -1003,10 +1003,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
                               "must be one of trace, debug, info, warn, "
                               "error, critical, off"));
   }
-  bool autotune_ok = false;
-  const kernels::AutotuneLog autotune =
-      kernels::ParseAutotuneLog(request->autotune_log(), &autotune_ok);
-  if (!request->autotune_log().empty() && !autotune_ok) {
+  const kernels::StatusOr<kernels::AutotuneLog> autotune =
+      kernels::ParseAutotuneLog(request->autotune_log());
+  if (!request->autotune_log().empty() && !autotune.ok()) {
     return Done(call,
                 Invalid("autotune_log", "must be disabled, minimal or full"));
   }
@@ -1015,7 +1014,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetLogLevel(
     spdlog::info("log level set to {}", request->level());
   }
   if (!request->autotune_log().empty() && jobs_ != nullptr) {
-    jobs_->SetAutotuneLog(autotune);
+    jobs_->SetAutotuneLog(*autotune);
   }
   response->set_level(
       std::string(spdlog::level::to_string_view(spdlog::get_level()).data(),

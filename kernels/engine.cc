@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 namespace {
@@ -26,8 +26,9 @@ constexpr int kMaxRepsPerSample = 1 << 20;
 // a winner exactly on the threshold from losing to floating-point rounding.
 constexpr double kThresholdSlack = 1e-12;
 
-// TuneReport::error of a job stopped through TuneHooks::cancel.
-constexpr char kCancelled[] = "cancelled";
+// TuneReport::status of a job stopped through TuneHooks::cancel, or by a
+// backend that saw the flag (Backend::SetCancel).
+Status Cancelled() { return CancelledStatus(); }
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -60,31 +61,21 @@ std::string FormatNumber(double value) {
   return buf;
 }
 
-// The message of the exception being handled; call only inside a catch.
-std::string CurrentExceptionMessage() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception (not derived from std::exception)";
-  }
-}
-
 std::string ShapeString(const DenseShape& shape) {
   return "m=" + std::to_string(shape.m) + " n=" + std::to_string(shape.n) +
          " k=" + std::to_string(shape.k);
 }
 
-std::string ShapeError(const DenseShape& shape) {
+Status ValidateShape(const DenseShape& shape) {
   for (const auto& [name, value] :
        {std::pair{"m", shape.m}, {"n", shape.n}, {"k", shape.k}}) {
     if (value < 1) {
-      return std::string("invalid shape: ") + name + " must be >= 1, got " +
-             std::to_string(value);
+      return InvalidArgumentError(std::string("invalid shape: ") + name +
+                                  " must be >= 1, got " +
+                                  std::to_string(value));
     }
   }
-  return "";
+  return OkStatus();
 }
 
 // Percent by which `faster` is below `slower`, for reasons and logs.
@@ -114,28 +105,33 @@ class TuneJob {
     bool dropped = false;  // failed while being timed
   };
 
-  bool Cancelled() const {
+  bool CancelRequested() const {
     return hooks_.cancel != nullptr &&
            hooks_.cancel->load(std::memory_order_relaxed);
   }
   void Log(AutotuneLog level, int severity, const std::string& line) const;
   void CandidateDone();
-  TuneReport Fail(std::string error);
+  TuneReport Fail(Status status);
+  // Fails the job for a failed Candidates or Prepare: cancelled as such,
+  // anything else as "preparing the <backend> backend failed: ...".
+  TuneReport FailPreparing(const Status& status);
 
-  // Validates the candidate; returns the wall time of its validation run,
-  // an upper bound on one run (it also holds fills, compares and copies),
-  // never the estimate samples are sized from.
-  double Validate(Workload& workload, CandidateReport& candidate);
-  double Sample(Workload& workload, const Execution& exec, int reps);
+  // Validates the candidate, recording a failure or error against it;
+  // returns the wall time of its validation run, an upper bound on one run
+  // (it also holds fills, compares and copies), never the estimate samples
+  // are sized from. Fails only when the job was cancelled.
+  StatusOr<double> Validate(Workload& workload, CandidateReport& candidate);
+  StatusOr<double> Sample(Workload& workload, const Execution& exec, int reps);
   int RepsFor(double seconds_per_run, int at_least) const;
   // Warm-up and calibration of one candidate (step 3).
-  void Calibrate(Workload& workload, Timed& t);
-  // Steps 4 and 5; returns an error for Fail, or "".
-  std::string TimeAll(Workload& workload, std::vector<Timed>& timed);
+  Status Calibrate(Workload& workload, Timed& t);
+  // Steps 4 and 5; an error for Fail (cancelled, or what budget is needed).
+  Status TimeAll(Workload& workload, std::vector<Timed>& timed);
   void DropWhileTimed(Timed& t, const std::string& why);
   void Summarize(Timed& t);
-  // The chosen candidate (step 6) and the reason, or nullptr and an error.
-  CandidateReport* Select(std::string* reason, std::string* error);
+  // The chosen candidate (step 6), its reason in *reason; or why none could
+  // be chosen.
+  StatusOr<CandidateReport*> Select(std::string* reason);
   std::string Reasons() const;
   void LogOutcome(const CandidateReport& chosen, int valid) const;
 
@@ -163,34 +159,32 @@ class CancelScope {
 };
 
 TuneReport TuneJob::Run() {
-  if (std::string error = ShapeError(shape_); !error.empty()) {
-    return Fail(std::move(error));
-  }
-  if (std::string error = TuneOptionsError(options_); !error.empty()) {
-    return Fail("invalid TuneOptions: " + error);
+  if (Status s = ValidateShape(shape_); !s.ok()) return Fail(std::move(s));
+  if (Status s = ValidateTuneOptions(options_); !s.ok()) {
+    return Fail(InvalidArgumentError("invalid TuneOptions: " + s.message()));
   }
   const CancelScope cancel_scope(backend_, hooks_.cancel);
-  std::vector<Execution> executions;
-  std::unique_ptr<Workload> workload;
-  try {
-    executions = backend_.Candidates(shape_, options_.max_candidates);
-    if (executions.empty()) {
-      return Fail("the " + backend_.Name() + " backend offers no candidate");
-    }
-    report_.notes = backend_.CandidateNotes();
-    for (const std::string& note : report_.notes) {
-      Log(AutotuneLog::kMinimal, 2,
-          "dense " + ShapeString(shape_) + " on " + backend_.Name() + ": " +
-              note);
-    }
-    if (Cancelled()) return Fail(kCancelled);
-    workload = backend_.Prepare(shape_, options_.seed);
-    if (workload == nullptr) throw std::runtime_error("no workload");
-  } catch (const CancelledError&) {
-    return Fail(kCancelled);
-  } catch (...) {
-    return Fail("preparing the " + backend_.Name() +
-                " backend failed: " + CurrentExceptionMessage());
+  StatusOr<std::vector<Execution>> candidates =
+      backend_.Candidates(shape_, options_.max_candidates);
+  if (!candidates.ok()) return FailPreparing(candidates.status());
+  std::vector<Execution>& executions = *candidates;
+  if (executions.empty()) {
+    return Fail(FailedPreconditionError("the " + backend_.Name() +
+                                        " backend offers no candidate"));
+  }
+  report_.notes = backend_.CandidateNotes();
+  for (const std::string& note : report_.notes) {
+    Log(AutotuneLog::kMinimal, 2,
+        "dense " + ShapeString(shape_) + " on " + backend_.Name() + ": " +
+            note);
+  }
+  if (CancelRequested()) return Fail(Cancelled());
+  StatusOr<std::unique_ptr<Workload>> prepared =
+      backend_.Prepare(shape_, options_.seed);
+  if (!prepared.ok()) return FailPreparing(prepared.status());
+  std::unique_ptr<Workload> workload = std::move(*prepared);
+  if (workload == nullptr) {
+    return FailPreparing(InternalError("no workload"));
   }
   if (executions.size() > static_cast<size_t>(options_.max_candidates)) {
     executions.resize(static_cast<size_t>(options_.max_candidates));
@@ -204,45 +198,38 @@ TuneReport TuneJob::Run() {
 
   std::vector<Timed> timed;
   for (CandidateReport& candidate : report_.candidates) {
-    if (Cancelled()) return Fail(kCancelled);
-    double wall = 0;
-    try {
-      wall = Validate(*workload, candidate);
-    } catch (const CancelledError&) {
-      return Fail(kCancelled);
-    }
+    if (CancelRequested()) return Fail(Cancelled());
+    StatusOr<double> wall = Validate(*workload, candidate);
+    if (!wall.ok()) return Fail(wall.status());
     if (candidate.validation == CandidateValidation::kPassed) {
-      timed.push_back({.report = &candidate, .validation_wall = wall});
+      timed.push_back({.report = &candidate, .validation_wall = *wall});
     } else {
       CandidateDone();
     }
   }
   const int valid = static_cast<int>(timed.size());
   if (valid == 0) {
-    return Fail("no valid candidate among " +
-                std::to_string(report_.candidates.size()) + ": " + Reasons());
+    return Fail(FailedPreconditionError(
+        "no valid candidate among " +
+        std::to_string(report_.candidates.size()) + ": " + Reasons()));
   }
 
   if (valid > 1) {
-    std::string error;
-    try {
-      error = TimeAll(*workload, timed);
-    } catch (const CancelledError&) {
-      error = kCancelled;
+    if (Status s = TimeAll(*workload, timed); !s.ok()) {
+      return Fail(std::move(s));
     }
-    if (!error.empty()) return Fail(std::move(error));
     for (Timed& t : timed) {
       if (!t.dropped) Summarize(t);
     }
   }
 
   std::string reason;
-  std::string error;
-  CandidateReport* chosen = Select(&reason, &error);
-  if (chosen == nullptr) return Fail(std::move(error));
+  StatusOr<CandidateReport*> selected = Select(&reason);
+  if (!selected.ok()) return Fail(selected.status());
+  CandidateReport* chosen = *selected;
   if (valid == 1) CandidateDone();
   chosen->chosen = true;
-  report_.ok = true;
+  report_.status = OkStatus();
   report_.chosen = chosen->execution;
   report_.chosen_seconds = chosen->median_seconds;
   report_.default_seconds = report_.candidates.front().median_seconds;
@@ -266,25 +253,40 @@ void TuneJob::CandidateDone() {
   }
 }
 
-TuneReport TuneJob::Fail(std::string error) {
+TuneReport TuneJob::Fail(Status status) {
   // A cancellation is the caller's doing, not a problem worth a warning.
-  Log(AutotuneLog::kMinimal, error == kCancelled ? 1 : 2,
+  Log(AutotuneLog::kMinimal, IsCancelled(status) ? 1 : 2,
       "dense " + ShapeString(shape_) + " on " + backend_.Name() +
-          ": tuning failed: " + error);
-  report_.ok = false;
-  report_.error = std::move(error);
+          ": tuning failed: " + status.message());
+  report_.status = std::move(status);
   return std::move(report_);
 }
 
-double TuneJob::Validate(Workload& workload, CandidateReport& candidate) {
+TuneReport TuneJob::FailPreparing(const Status& status) {
+  if (IsCancelled(status)) return Fail(Cancelled());
+  return Fail(
+      Status(status.code(), "preparing the " + backend_.Name() +
+                                " backend failed: " + status.message()));
+}
+
+StatusOr<double> TuneJob::Validate(Workload& workload,
+                                   CandidateReport& candidate) {
   const Execution& exec = candidate.execution;
-  double wall = 0;
-  try {
-    const Tolerance tol = ToleranceFor(shape_.k, backend_.Bf16Partials(exec));
-    const Clock::time_point start = Clock::now();
-    const Comparison cmp =
-        backend_.RunAndCompare(workload, exec, tol.atol, tol.rtol);
-    wall = SecondsSince(start);
+  // The candidate's error: anything but a cancellation, which ends the job.
+  const auto failed = [&](const Status& s) {
+    candidate.validation = CandidateValidation::kError;
+    candidate.error = s.message();
+  };
+  const Tolerance tol = ToleranceFor(shape_.k, backend_.Bf16Partials(exec));
+  const Clock::time_point start = Clock::now();
+  const StatusOr<Comparison> compared =
+      backend_.RunAndCompare(workload, exec, tol.atol, tol.rtol);
+  const double wall = SecondsSince(start);
+  if (IsCancelled(compared.status())) return Cancelled();
+  if (!compared.ok()) {
+    failed(compared.status());
+  } else {
+    const Comparison& cmp = *compared;
     candidate.max_abs_error = cmp.max_abs_error;
     const std::string of = " of " + std::to_string(shape_.m * shape_.n);
     std::string wrong;
@@ -298,26 +300,25 @@ double TuneJob::Validate(Workload& workload, CandidateReport& candidate) {
                FormatNumber(tol.atol) + " + rtol " + FormatNumber(tol.rtol) +
                "*|ref| (max abs error " + FormatNumber(cmp.max_abs_error) + ")";
     }
+    StatusOr<Comparison> exact = Comparison{};
     if (wrong.empty()) {
-      const Comparison exact = backend_.RunAndCompareExact(workload, exec);
-      if (exact.non_finite > 0 || exact.mismatches > 0) {
-        wrong = std::to_string(exact.mismatches + exact.non_finite) + of +
+      exact = backend_.RunAndCompareExact(workload, exec);
+      if (IsCancelled(exact.status())) return Cancelled();
+      if (exact.ok() && (exact->non_finite > 0 || exact->mismatches > 0)) {
+        wrong = std::to_string(exact->mismatches + exact->non_finite) + of +
                 " outputs are wrong on the exact check (integer inputs: a "
                 "missing or repeated K term; max abs error " +
-                FormatNumber(exact.max_abs_error) + ")";
+                FormatNumber(exact->max_abs_error) + ")";
       }
     }
-    if (wrong.empty()) {
+    if (!exact.ok()) {
+      failed(exact.status());
+    } else if (wrong.empty()) {
       candidate.validation = CandidateValidation::kPassed;
     } else {
       candidate.validation = CandidateValidation::kFailed;
       candidate.error = "wrong results: " + wrong;
     }
-  } catch (const CancelledError&) {
-    throw;
-  } catch (...) {
-    candidate.validation = CandidateValidation::kError;
-    candidate.error = CurrentExceptionMessage();
   }
   if (candidate.validation == CandidateValidation::kPassed) {
     Log(AutotuneLog::kFull, 1,
@@ -332,11 +333,12 @@ double TuneJob::Validate(Workload& workload, CandidateReport& candidate) {
   return wall;
 }
 
-double TuneJob::Sample(Workload& workload, const Execution& exec, int reps) {
-  const double seconds = backend_.TimeSample(workload, exec, reps);
-  if (!std::isfinite(seconds) || seconds < 0) {
-    throw std::runtime_error("the backend reported a time of " +
-                             FormatNumber(seconds) + " s");
+StatusOr<double> TuneJob::Sample(Workload& workload, const Execution& exec,
+                                 int reps) {
+  StatusOr<double> seconds = backend_.TimeSample(workload, exec, reps);
+  if (seconds.ok() && (!std::isfinite(*seconds) || *seconds < 0)) {
+    return InternalError("the backend reported a time of " +
+                         FormatNumber(*seconds) + " s");
   }
   return seconds;
 }
@@ -352,7 +354,7 @@ int TuneJob::RepsFor(double seconds_per_run, int at_least) const {
   return static_cast<int>(reps);
 }
 
-void TuneJob::Calibrate(Workload& workload, Timed& t) {
+Status TuneJob::Calibrate(Workload& workload, Timed& t) {
   const Execution& exec = t.report->execution;
   // Reps come from the backend's timing of the kernel alone, after a warm-up
   // run: the validation run's wall time also holds the output poisoning, the
@@ -363,26 +365,30 @@ void TuneJob::Calibrate(Workload& workload, Timed& t) {
   const int warmups = std::max(options_.warmup_runs, 1);
   double per_run = 0;
   for (int i = 0; i < warmups; ++i) {
-    if (Cancelled()) throw CancelledError();
+    if (CancelRequested()) return Cancelled();
     const Clock::time_point start = Clock::now();
-    per_run = Sample(workload, exec, 1);
+    StatusOr<double> sample = Sample(workload, exec, 1);
+    if (!sample.ok()) return sample.status();
+    per_run = *sample;
     t.sample_wall = SampleLength(SecondsSince(start), per_run, 1);
     if (per_run >= options_.min_sample_seconds) {
       t.reps = 1;
-      return;
+      return OkStatus();
     }
   }
   t.reps = per_run > 0 ? RepsFor(per_run, 1) : 1;
   // Grow reps until one sample lasts min_sample_seconds (discarded: it is
   // warm-up too). Bounded: reps at least double each time.
   for (;;) {
-    if (Cancelled()) throw CancelledError();
+    if (CancelRequested()) return Cancelled();
     const Clock::time_point start = Clock::now();
-    const double seconds = Sample(workload, exec, t.reps);
+    StatusOr<double> sample = Sample(workload, exec, t.reps);
+    if (!sample.ok()) return sample.status();
+    const double seconds = *sample;
     t.sample_wall = SampleLength(SecondsSince(start), seconds, t.reps);
     if (seconds * t.reps >= options_.min_sample_seconds ||
         t.reps >= kMaxRepsPerSample) {
-      return;
+      return OkStatus();
     }
     t.reps = RepsFor(seconds, 2 * t.reps);
   }
@@ -398,7 +404,7 @@ void TuneJob::DropWhileTimed(Timed& t, const std::string& why) {
           t.report->execution.ToString() + ": " + t.report->error);
 }
 
-std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
+Status TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
   const Clock::time_point start = Clock::now();
   const double budget = options_.budget_seconds;
   const int min_samples = options_.min_samples;
@@ -413,18 +419,16 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
       CandidateDone();
       continue;
     }
-    try {
-      Calibrate(workload, t);
-    } catch (const CancelledError&) {
-      throw;
-    } catch (...) {
-      DropWhileTimed(t, CurrentExceptionMessage());
+    if (Status s = Calibrate(workload, t); IsCancelled(s)) {
+      return s;
+    } else if (!s.ok()) {
+      DropWhileTimed(t, s.message());
     }
     CandidateDone();  // its samples come in the rounds
   }
   const auto still_valid = std::count_if(
       timed.begin(), timed.end(), [](const Timed& t) { return !t.dropped; });
-  if (still_valid <= 1) return "";  // Select takes the only one left
+  if (still_valid <= 1) return OkStatus();  // Select takes the only one left
 
   // Plan: the default first (when valid), then the shortest samples first,
   // while min_samples rounds of everyone planned fit in what is left.
@@ -491,15 +495,17 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
       needed += min_samples * second->sample_wall;
     }
     if (first == nullptr) {
-      return "no candidate could be timed: " + Reasons();
+      return FailedPreconditionError("no candidate could be timed: " +
+                                     Reasons());
     }
-    return "no candidate could be compared with " +
-           std::string(dflt != nullptr ? "the default" : "another") +
-           " within budget_seconds=" + FormatNumber(budget) + " (" + what +
-           "; min_samples=" + std::to_string(min_samples) +
-           "): raise the tuning budget (gputuned --tune_budget) to at "
-           "least " +
-           FormatNumber(std::ceil(needed * 1.5 * 10) / 10) + " s";
+    return FailedPreconditionError(
+        "no candidate could be compared with " +
+        std::string(dflt != nullptr ? "the default" : "another") +
+        " within budget_seconds=" + FormatNumber(budget) + " (" + what +
+        "; min_samples=" + std::to_string(min_samples) +
+        "): raise the tuning budget (gputuned --tune_budget) to at "
+        "least " +
+        FormatNumber(std::ceil(needed * 1.5 * 10) / 10) + " s");
   }
 
   // Interleaved rounds, the order rotating by one each round.
@@ -512,16 +518,15 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
     for (size_t i = 0; i < count; ++i) {
       Timed& t = *planned[(i + static_cast<size_t>(round)) % count];
       if (t.dropped) continue;
-      if (Cancelled()) throw CancelledError();
+      if (CancelRequested()) return Cancelled();
       const Clock::time_point sample_start = Clock::now();
-      try {
-        t.samples.push_back(Sample(workload, t.report->execution, t.reps));
-      } catch (const CancelledError&) {
-        throw;
-      } catch (...) {
-        DropWhileTimed(t, CurrentExceptionMessage());
+      StatusOr<double> sample = Sample(workload, t.report->execution, t.reps);
+      if (IsCancelled(sample.status())) return sample.status();
+      if (!sample.ok()) {
+        DropWhileTimed(t, sample.status().message());
         continue;
       }
+      t.samples.push_back(*sample);
       t.sample_wall =
           SampleLength(SecondsSince(sample_start), t.samples.back(), t.reps);
       this_round += t.sample_wall;
@@ -535,7 +540,7 @@ std::string TuneJob::TimeAll(Workload& workload, std::vector<Timed>& timed) {
           std::to_string(min_samples) + " samples";
     }
   }
-  return "";
+  return OkStatus();
 }
 
 void TuneJob::Summarize(Timed& t) {
@@ -561,7 +566,7 @@ void TuneJob::Summarize(Timed& t) {
           (c.error.empty() ? "" : " (" + c.error + ")"));
 }
 
-CandidateReport* TuneJob::Select(std::string* reason, std::string* error) {
+StatusOr<CandidateReport*> TuneJob::Select(std::string* reason) {
   CandidateReport& dflt = report_.candidates.front();
   std::vector<CandidateReport*> valid;
   for (CandidateReport& c : report_.candidates) {
@@ -585,11 +590,11 @@ CandidateReport* TuneJob::Select(std::string* reason, std::string* error) {
   }
   if (dflt.validation != CandidateValidation::kPassed) {
     if (fastest == nullptr) {
-      *error = "no candidate could be timed " +
-               std::to_string(options_.min_samples) +
-               " times within budget_seconds=" +
-               FormatNumber(options_.budget_seconds) + ": " + Reasons();
-      return nullptr;
+      return FailedPreconditionError("no candidate could be timed " +
+                                     std::to_string(options_.min_samples) +
+                                     " times within budget_seconds=" +
+                                     FormatNumber(options_.budget_seconds) +
+                                     ": " + Reasons());
     }
     *reason = "the default was dropped (" + dflt.error + "); " +
               fastest->execution.ToString() +
@@ -597,12 +602,11 @@ CandidateReport* TuneJob::Select(std::string* reason, std::string* error) {
     return fastest;
   }
   if (!enough(&dflt) || fastest == nullptr) {
-    *error = "the default and another candidate could not both be timed " +
-             std::to_string(options_.min_samples) +
-             " times within budget_seconds=" +
-             FormatNumber(options_.budget_seconds) +
-             ": raise the tuning budget (gputuned --tune_budget); " + Reasons();
-    return nullptr;
+    return FailedPreconditionError(
+        "the default and another candidate could not both be timed " +
+        std::to_string(options_.min_samples) + " times within budget_seconds=" +
+        FormatNumber(options_.budget_seconds) +
+        ": raise the tuning budget (gputuned --tune_budget); " + Reasons());
   }
   const double threshold = dflt.median_seconds *
                            (1.0 - options_.min_improvement_bps / 10000.0) *
@@ -700,22 +704,21 @@ std::string_view AutotuneLogName(AutotuneLog log) {
   return "unknown";
 }
 
-AutotuneLog ParseAutotuneLog(std::string_view name, bool* ok) {
+StatusOr<AutotuneLog> ParseAutotuneLog(std::string_view name) {
   for (AutotuneLog log :
        {AutotuneLog::kDisabled, AutotuneLog::kMinimal, AutotuneLog::kFull}) {
-    if (name == AutotuneLogName(log)) {
-      if (ok != nullptr) *ok = true;
-      return log;
-    }
+    if (name == AutotuneLogName(log)) return log;
   }
-  if (ok != nullptr) *ok = false;
-  return AutotuneLog::kMinimal;
+  return InvalidArgumentError("unknown autotune log level \"" +
+                              std::string(name) +
+                              "\": must be disabled, minimal or full");
 }
 
-std::string TuneOptionsError(const TuneOptions& o) {
+Status ValidateTuneOptions(const TuneOptions& o) {
   auto bad = [](const char* field, const std::string& value,
                 const std::string& rule) {
-    return std::string(field) + " (" + value + ") " + rule;
+    return InvalidArgumentError(std::string(field) + " (" + value + ") " +
+                                rule);
   };
   if (o.max_candidates < 1) {
     return bad("max_candidates", std::to_string(o.max_candidates),
@@ -745,7 +748,7 @@ std::string TuneOptionsError(const TuneOptions& o) {
     return bad("min_sample_seconds", FormatNumber(o.min_sample_seconds),
                "must be a positive number of seconds");
   }
-  return "";
+  return OkStatus();
 }
 
 // Derivation. Inputs are uniform in [-1, 1] (FillUniformBf16), so a term
@@ -801,7 +804,8 @@ TuneReport TuneDense(Backend& backend, const DenseShape& shape,
   } catch (...) {
     // Only allocation failures or a throwing hook can get here.
     TuneReport report;
-    report.error = "tuning failed: " + CurrentExceptionMessage();
+    report.status =
+        InternalError("tuning failed: " + CurrentExceptionMessage());
     return report;
   }
 }

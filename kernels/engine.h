@@ -2,7 +2,7 @@
 //
 //   kernels::TuneOptions opts;                 // budget, min improvement, ...
 //   kernels::TuneReport r = kernels::TuneDense(backend, shape, opts, hooks);
-//   if (!r.ok) { /* r.error says why; abandon the key */ }
+//   if (!r.status.ok()) { /* r.status.message() says why; abandon the key */ }
 //   use(r.chosen);                             // r.candidates explains why
 //
 // Procedure (docs/architecture.md, "TuneDense", states the same rules):
@@ -12,7 +12,7 @@
 //     tolerance that scales with K (and with the partial sums a candidate
 //     rounds to bf16), then exactly on the integer inputs of the exact check
 //     (bf16.h), which catch a missing or repeated K term. Failures and
-//     exceptions are dropped with the reason.
+//     errors are dropped with the reason.
 //  3. Warm up and size samples from the backend's timing of the kernel
 //     alone (TimeSample of one run), never from the validation's wall time,
 //     which holds fills, compares and copies: a candidate whose first timed
@@ -56,6 +56,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -68,9 +69,8 @@ enum class AutotuneLog {
 
 // "disabled", "minimal", "full": the names configuration files and flags use.
 std::string_view AutotuneLogName(AutotuneLog log);
-// The inverse of AutotuneLogName. On an unknown name sets *ok to false (when
-// ok is not null) and returns kMinimal; otherwise sets *ok to true.
-AutotuneLog ParseAutotuneLog(std::string_view name, bool* ok);
+// The inverse of AutotuneLogName; kInvalidArgument for an unknown name.
+StatusOr<AutotuneLog> ParseAutotuneLog(std::string_view name);
 
 struct TuneOptions {
   int max_candidates = 16;        // passed to Backend::Candidates
@@ -87,10 +87,11 @@ struct TuneOptions {
   AutotuneLog log = AutotuneLog::kMinimal;
 };
 
-// Empty when the options are usable, else what is wrong with which field
-// (e.g. "max_samples (3) is below min_samples (5)"). TuneDense fails with this
-// message; the daemon can check its configuration with it at startup.
-std::string TuneOptionsError(const TuneOptions& options);
+// OK when the options are usable, else kInvalidArgument saying what is wrong
+// with which field (e.g. "max_samples (3) is below min_samples (5)").
+// TuneDense fails with this message; the daemon can check its configuration
+// with it at startup.
+Status ValidateTuneOptions(const TuneOptions& options);
 
 enum class CandidateValidation { kNotRun, kPassed, kFailed, kError };
 
@@ -110,14 +111,19 @@ struct CandidateReport {
 };
 
 struct TuneReport {
-  bool ok = false;
-  std::string error;  // when !ok: why no candidate could be chosen
+  // OK when a candidate was chosen; otherwise why none could be: code
+  // kCancelled (message "cancelled") for a cancelled job, kInvalidArgument
+  // for a bad shape or options, kFailedPrecondition when no candidate is
+  // valid or the budget allowed no measured choice, the backend's own code
+  // when Candidates or Prepare failed.
+  Status status = UnknownError("not tuned");
   Execution chosen;
   std::vector<CandidateReport> candidates;  // in enumeration order
   double default_seconds = 0;               // 0 when the default was not timed
   double chosen_seconds = 0;                // 0 when not timed
   // Why the chosen candidate was chosen, one line (e.g. "default kept: X is
-  // 1.5 % faster by median but within noise (...)"); empty when !ok.
+  // 1.5 % faster by median but within noise (...)"); empty unless
+  // status.ok().
   std::string reason;
   // The backend's CandidateNotes(): what it left out or changed, and why.
   std::vector<std::string> notes;
@@ -136,7 +142,7 @@ struct TuneHooks {
   // that computes wrong results.
   std::function<void(int, const std::string&)> log;
   // When set and true, the engine stops at the next sample (or validation)
-  // and fails with error "cancelled"; report.candidates keeps what was done.
+  // and fails with CancelledStatus(); report.candidates keeps what was done.
   // Also handed to the backend (Backend::SetCancel) so that one long run or
   // the reference stops too: a job ends within a bounded time of the flag.
   const std::atomic<bool>* cancel = nullptr;
@@ -157,8 +163,8 @@ Tolerance ToleranceFor(int64_t k, int bf16_partials = 1);
 // between order statistics (R's type 7): q = 0.5 is the median.
 double Quantile(const std::vector<double>& sorted, double q);
 
-// Runs the procedure above. Never throws: backend exceptions become a
-// candidate's error, or the report's error when Candidates or Prepare fails;
+// Runs the procedure above. Never throws: a backend's failed status becomes a
+// candidate's error, or the report's status when Candidates or Prepare fails;
 // an invalid shape or options fail the report with a message naming the field.
 TuneReport TuneDense(Backend& backend, const DenseShape& shape,
                      const TuneOptions& options, const TuneHooks& hooks = {});

@@ -11,21 +11,21 @@ namespace {
 // Outputs between two looks at the cancel flag.
 constexpr int64_t kCancelStride = 64;
 
-void ThrowIfCancelled(const std::atomic<bool>* cancel) {
-  if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-    throw CancelledError();
-  }
+bool CancelRequested(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
 }  // namespace
 
-std::vector<float> ReferenceDense(const DenseShape& shape, const Bf16* x,
-                                  const Bf16* w,
-                                  const std::atomic<bool>* cancel) {
+StatusOr<std::vector<float>> ReferenceDense(const DenseShape& shape,
+                                            const Bf16* x, const Bf16* w,
+                                            const std::atomic<bool>* cancel) {
   std::vector<float> y(static_cast<size_t>(shape.m * shape.n));
   for (int64_t m = 0; m < shape.m; ++m) {
     for (int64_t n = 0; n < shape.n; ++n) {
-      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
+      if (n % kCancelStride == 0 && CancelRequested(cancel)) {
+        return CancelledStatus();
+      }
       double sum = 0;
       for (int64_t k = 0; k < shape.k; ++k) {
         sum += static_cast<double>(Bf16ToFloat(x[m * shape.k + k])) *
@@ -37,14 +37,16 @@ std::vector<float> ReferenceDense(const DenseShape& shape, const Bf16* x,
   return y;
 }
 
-std::vector<float> ReferenceExactCheck(const DenseShape& shape, const Bf16* x,
-                                       const Bf16* w,
-                                       const std::atomic<bool>* cancel) {
+StatusOr<std::vector<float>> ReferenceExactCheck(
+    const DenseShape& shape, const Bf16* x, const Bf16* w,
+    const std::atomic<bool>* cancel) {
   const int64_t period = ExactCheckPeriod(shape.k);
   std::vector<float> y(static_cast<size_t>(shape.m * shape.n));
   for (int64_t m = 0; m < shape.m; ++m) {
     for (int64_t n = 0; n < shape.n; ++n) {
-      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
+      if (n % kCancelStride == 0 && CancelRequested(cancel)) {
+        return CancelledStatus();
+      }
       double sum = 0;
       for (int64_t k = n % period; k < shape.k; k += period) {
         sum += static_cast<double>(Bf16ToFloat(x[m * shape.k + k])) *

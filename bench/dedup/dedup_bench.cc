@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < opt.keys; ++k) {
         if (!gputune::kernels::TuneDense(backend, ShapeOf(KeyFor(round, k)),
                                          tune)
-                 .ok) {
+                 .status.ok()) {
           return 1;
         }
       }

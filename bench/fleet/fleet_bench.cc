@@ -223,7 +223,8 @@ void Dedup(const Options& o, PostgresServer& pg) {
         tune.log = gputune::kernels::AutotuneLog::kDisabled;
         for (int k = 0; k < o.keys; ++k) {
           const gputune::kernels::DenseShape shape{1 + k, 256, 128 * (1 + n)};
-          if (!gputune::kernels::TuneDense(backend, shape, tune).ok) _exit(1);
+          if (!gputune::kernels::TuneDense(backend, shape, tune).status.ok())
+            _exit(1);
         }
         _exit(0);
       }

@@ -102,21 +102,29 @@ double CopyBandwidth(cudaStream_t stream, size_t bytes) {
 // default and the choice with the (read) L2 scrub, the choice without it
 // (what L2 hits would give) and after a memset scrub (what writing back its
 // dirty lines inside the sample costs).
+// The value, or std::runtime_error with the status's message: the
+// re-measurement below gives up on a row at its first failure.
+template <typename T>
+T OrThrow(StatusOr<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().message());
+  return std::move(*result);
+}
+
 void Remeasure(CudaBackend& backend, const DenseShape& shape,
                const Execution& by_default, const Execution& chosen, Row* row) {
-  auto workload = backend.Prepare(shape, 0xbe9c);
-  backend.TimeSample(*workload, by_default, 1);
-  backend.TimeSample(*workload, chosen, 1);
-  const double once = backend.TimeSample(*workload, by_default, 1);
+  auto workload = OrThrow(backend.Prepare(shape, 0xbe9c));
+  OrThrow(backend.TimeSample(*workload, by_default, 1));
+  OrThrow(backend.TimeSample(*workload, chosen, 1));
+  const double once = OrThrow(backend.TimeSample(*workload, by_default, 1));
   const int reps = std::clamp(static_cast<int>(200e-6 / once) + 1, 1, 2000);
   std::vector<double> d, c, unscrubbed, dirty;
   for (int i = 0; i < 9; ++i) {
-    d.push_back(backend.TimeSample(*workload, by_default, reps));
-    c.push_back(backend.TimeSample(*workload, chosen, reps));
+    d.push_back(OrThrow(backend.TimeSample(*workload, by_default, reps)));
+    c.push_back(OrThrow(backend.TimeSample(*workload, chosen, reps)));
     backend.set_scrub(L2Scrub::kNone);
-    unscrubbed.push_back(backend.TimeSample(*workload, chosen, reps));
+    unscrubbed.push_back(OrThrow(backend.TimeSample(*workload, chosen, reps)));
     backend.set_scrub(L2Scrub::kWrite);
-    dirty.push_back(backend.TimeSample(*workload, chosen, reps));
+    dirty.push_back(OrThrow(backend.TimeSample(*workload, chosen, reps)));
     backend.set_scrub(L2Scrub::kRead);
   }
   row->default_seconds = Median(d);
@@ -179,8 +187,8 @@ std::string Json(const Fingerprint& fp, double copy_bw, double budget,
     o << (i ? "," : "") << "\n    {\"m\": " << r.shape.m
       << ", \"n\": " << r.shape.n << ", \"k\": " << r.shape.k
       << ", \"role\": " << JsonString(r.role)
-      << ", \"ok\": " << (r.report.ok ? "true" : "false")
-      << ", \"error\": " << JsonString(r.report.error)
+      << ", \"ok\": " << (r.report.status.ok() ? "true" : "false")
+      << ", \"error\": " << JsonString(r.report.status.message())
       << ", \"tune_wall_seconds\": " << r.tune_wall_seconds
       << ", \"chosen\": " << JsonString(r.report.chosen.ToString())
       << ", \"engine_default_seconds\": " << r.report.default_seconds
@@ -247,12 +255,12 @@ std::string Table(const Fingerprint& fp, double copy_bw,
   double worst = 0;
   for (const Row& r : rows) {
     mismatched += r.rebuild_mismatches;
-    if (!r.report.ok) {
+    if (!r.report.status.ok()) {
       ++failed;
-      std::snprintf(line, sizeof(line), "%6lld %6lld %5lld  FAILED: %s\n",
-                    static_cast<long long>(r.shape.k),
-                    static_cast<long long>(r.shape.n),
-                    static_cast<long long>(r.shape.m), r.report.error.c_str());
+      std::snprintf(
+          line, sizeof(line), "%6lld %6lld %5lld  FAILED: %s\n",
+          static_cast<long long>(r.shape.k), static_cast<long long>(r.shape.n),
+          static_cast<long long>(r.shape.m), r.report.status.message().c_str());
       o << line;
       continue;
     }
@@ -345,12 +353,12 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::string error;
-  auto backend = CudaBackend::Create(options, &error);
-  if (backend == nullptr) {
-    std::cerr << "gputune_dense_bench: " << error << "\n";
+  StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(options);
+  if (!created.ok()) {
+    std::cerr << "gputune_dense_bench: " << created.status().message() << "\n";
     return 1;
   }
+  const std::unique_ptr<CudaBackend> backend = std::move(*created);
   const Fingerprint fp = backend->GetFingerprint();
   std::cerr << "device: " << fp.device_name << " " << fp.device_uuid << "\n";
   const double copy_bw = CopyBandwidth(backend->stream(), size_t{2} << 30);
@@ -382,19 +390,19 @@ int Main(int argc, char** argv) {
       for (const std::string& note : row.report.notes) {
         std::cerr << "note: " << note << "\n";
       }
-      if (row.report.ok) {
+      if (row.report.status.ok()) {
         try {
           Remeasure(*backend, row.shape,
                     row.report.candidates.front().execution, row.report.chosen,
                     &row);
         } catch (const std::exception& e) {
-          row.report.ok = false;
-          row.report.error = std::string("re-measure failed: ") + e.what();
+          row.report.status =
+              InternalError(std::string("re-measure failed: ") + e.what());
         }
       }
       std::cerr << "K=" << layer.k << " N=" << layer.n << " M=" << m << ": "
-                << (row.report.ok ? row.report.chosen.ToString()
-                                  : row.report.error)
+                << (row.report.status.ok() ? row.report.chosen.ToString()
+                                           : row.report.status.message())
                 << " (" << row.tune_wall_seconds << " s; " << row.report.reason
                 << ")\n";
       rows.push_back(std::move(row));

@@ -27,17 +27,17 @@ DenseRunner::DenseRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DenseRunner::~DenseRunner() = default;
 
 absl::StatusOr<std::unique_ptr<DenseRunner>> DenseRunner::Create() {
-  std::string error;
-  std::unique_ptr<kernels::DenseRunner> runner =
-      kernels::DenseRunner::Create(&error);
-  if (runner == nullptr) {
+  kernels::StatusOr<std::unique_ptr<kernels::DenseRunner>> runner =
+      kernels::DenseRunner::Create();
+  if (!runner.ok()) {
     return absl::FailedPreconditionError(
-        "gputune: cannot run dense executions here: " + error +
+        "gputune: cannot run dense executions here: " +
+        runner.status().message() +
         " (is a CUDA device visible? check nvidia-smi and "
         "CUDA_VISIBLE_DEVICES)");
   }
   return std::unique_ptr<DenseRunner>(
-      new DenseRunner(std::make_unique<Impl>(std::move(runner))));
+      new DenseRunner(std::make_unique<Impl>(std::move(*runner))));
 }
 
 int DenseRunner::device() const { return impl_->runner->device(); }
@@ -58,14 +58,14 @@ absl::StatusOr<DenseRun> DenseRunner::Run(const v1::Execution& execution,
         std::to_string(args.workspace_bytes));
   }
   const kernels::DenseShape shape{args.m, args.n, args.k};
-  kernels::DenseRunResult r =
+  kernels::StatusOr<kernels::DenseRunResult> r =
       impl_->runner->Run(FromProto(execution), shape, args.x, args.w, args.y,
                          static_cast<cudaStream_t>(args.stream), args.workspace,
                          args.workspace_bytes);
-  if (!r.ok) return absl::FailedPreconditionError(r.message);
+  if (!r.ok()) return absl::FailedPreconditionError(r.status().message());
   DenseRun run;
-  run.fell_back = r.fell_back;
-  if (r.fell_back) run.reason = std::move(r.message);
+  run.fell_back = r->fell_back;
+  if (r->fell_back) run.reason = std::move(r->reason);
   return run;
 }
 

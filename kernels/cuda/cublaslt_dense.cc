@@ -101,19 +101,14 @@ Execution ToExecution(const LtAlgoConfig& config, uint64_t workspace_bytes) {
   return e;
 }
 
-bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
-                               std::string* error) {
+StatusOr<LtAlgoConfig> LtAlgoConfigFromExecution(const Execution& execution) {
   if (execution.kernel != kCublasLtKernel) {
-    *error = "not a cuBLASLt execution: " + execution.kernel;
-    return false;
+    return InvalidArgumentError("not a cuBLASLt execution: " +
+                                execution.kernel);
   }
-  if (!OnlyKnownParams(
-          execution,
-          {"algo_id", "tile", "stages", "splitk", "reduction_scheme", "swizzle",
-           "custom_option", "inner_shape", "cluster_shape"},
-          error)) {
-    return false;
-  }
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(OnlyKnownParams(
+      execution, {"algo_id", "tile", "stages", "splitk", "reduction_scheme",
+                  "swizzle", "custom_option", "inner_shape", "cluster_shape"}));
   constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
   // uint32 attributes: their int32 form (U32Param), or the plain value.
   constexpr int64_t kU32Min = std::numeric_limits<int32_t>::min();
@@ -121,28 +116,30 @@ bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
   constexpr int64_t kU16 = std::numeric_limits<uint16_t>::max();
   int64_t algo_id, tile, stages, splitk, reduction, swizzle, custom, inner,
       cluster;
-  if (!ReadParam(execution, "algo_id", 0, kI32, &algo_id, error) ||
-      !ReadParam(execution, "tile", kU32Min, kU32, &tile, error) ||
-      !ReadParam(execution, "stages", kU32Min, kU32, &stages, error) ||
-      !ReadParam(execution, "splitk", 1, kI32, &splitk, error) ||
-      !ReadParam(execution, "reduction_scheme", kU32Min, kU32, &reduction,
-                 error) ||
-      !ReadParam(execution, "swizzle", kU32Min, kU32, &swizzle, error) ||
-      !ReadParam(execution, "custom_option", kU32Min, kU32, &custom, error) ||
-      !ReadParam(execution, "inner_shape", 0, kU16, &inner, error) ||
-      !ReadParam(execution, "cluster_shape", 0, kU16, &cluster, error)) {
-    return false;
+  for (const auto& [name, min, max, value] :
+       {std::tuple{"algo_id", int64_t{0}, kI32, &algo_id},
+        {"tile", kU32Min, kU32, &tile},
+        {"stages", kU32Min, kU32, &stages},
+        {"splitk", int64_t{1}, kI32, &splitk},
+        {"reduction_scheme", kU32Min, kU32, &reduction},
+        {"swizzle", kU32Min, kU32, &swizzle},
+        {"custom_option", kU32Min, kU32, &custom},
+        {"inner_shape", int64_t{0}, kU16, &inner},
+        {"cluster_shape", int64_t{0}, kU16, &cluster}}) {
+    GPUTUNE_KERNELS_RETURN_IF_ERROR(
+        ReadParam(execution, name, min, max, value));
   }
-  config->algo_id = static_cast<int32_t>(algo_id);
-  config->tile = U32FromParam(tile);
-  config->stages = U32FromParam(stages);
-  config->splitk = static_cast<int32_t>(splitk);
-  config->reduction_scheme = U32FromParam(reduction);
-  config->swizzle = U32FromParam(swizzle);
-  config->custom_option = U32FromParam(custom);
-  config->inner_shape = static_cast<uint16_t>(inner);
-  config->cluster_shape = static_cast<uint16_t>(cluster);
-  return true;
+  LtAlgoConfig config;
+  config.algo_id = static_cast<int32_t>(algo_id);
+  config.tile = U32FromParam(tile);
+  config.stages = U32FromParam(stages);
+  config.splitk = static_cast<int32_t>(splitk);
+  config.reduction_scheme = U32FromParam(reduction);
+  config.swizzle = U32FromParam(swizzle);
+  config.custom_option = U32FromParam(custom);
+  config.inner_shape = static_cast<uint16_t>(inner);
+  config.cluster_shape = static_cast<uint16_t>(cluster);
+  return config;
 }
 
 LtAlgoConfig ReadAlgoConfig(const cublasLtMatmulAlgo_t& algo) {
@@ -232,17 +229,16 @@ std::vector<cublasLtMatmulHeuristicResult_t> CublasLtDense::Heuristics(
   return usable;
 }
 
-bool CublasLtDense::BuildAlgo(cublasLtHandle_t handle,
-                              const LtAlgoConfig& config, LtPlan* plan,
-                              std::string* error) const {
+StatusOr<LtPlan> CublasLtDense::BuildAlgo(cublasLtHandle_t handle,
+                                          const LtAlgoConfig& config) const {
   cublasLtMatmulAlgo_t algo{};
   cublasStatus_t status = cublasLtMatmulAlgoInit(
       handle, kComputeType, kScaleType, kDataType, kDataType, kDataType,
       kDataType, config.algo_id, &algo);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    *error = CublasErrorMessage(status, "cublasLtMatmulAlgoInit") +
-             " (algo_id=" + std::to_string(config.algo_id) + ")";
-    return false;
+    return FailedPreconditionError(
+        CublasErrorMessage(status, "cublasLtMatmulAlgoInit") +
+        " (algo_id=" + std::to_string(config.algo_id) + ")");
   }
   const struct {
     const char* name;
@@ -267,36 +263,37 @@ bool CublasLtDense::BuildAlgo(cublasLtHandle_t handle,
   };
   for (const auto& set : sets) {
     if (set.status != CUBLAS_STATUS_SUCCESS) {
-      *error = CublasErrorMessage(set.status,
-                                  "cublasLtMatmulAlgoConfigSetAttribute") +
-               " (" + set.name + ")";
-      return false;
+      return FailedPreconditionError(
+          CublasErrorMessage(set.status,
+                             "cublasLtMatmulAlgoConfigSetAttribute") +
+          " (" + set.name + ")");
     }
   }
   cublasLtMatmulHeuristicResult_t check{};
   status = cublasLtMatmulAlgoCheck(handle, op_, w_layout_, x_layout_, y_layout_,
                                    y_layout_, &algo, &check);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    *error = CublasErrorMessage(status, "cublasLtMatmulAlgoCheck");
-    return false;
+    return FailedPreconditionError(
+        CublasErrorMessage(status, "cublasLtMatmulAlgoCheck"));
   }
-  plan->algo = algo;
-  plan->workspace_bytes = check.workspaceSize;
-  plan->min_alignment = MinAlignment(algo);
-  return true;
+  LtPlan plan;
+  plan.algo = algo;
+  plan.workspace_bytes = check.workspaceSize;
+  plan.min_alignment = MinAlignment(algo);
+  return plan;
 }
 
-bool CublasLtDense::PlanFromHeuristic(
-    const cublasLtMatmulHeuristicResult_t& heuristic, LtPlan* plan,
-    std::string* error) const {
+StatusOr<LtPlan> CublasLtDense::PlanFromHeuristic(
+    const cublasLtMatmulHeuristicResult_t& heuristic) const {
   if (heuristic.state != CUBLAS_STATUS_SUCCESS) {
-    *error = CublasErrorMessage(heuristic.state, "heuristic result");
-    return false;
+    return FailedPreconditionError(
+        CublasErrorMessage(heuristic.state, "heuristic result"));
   }
-  plan->algo = heuristic.algo;
-  plan->workspace_bytes = heuristic.workspaceSize;
-  plan->min_alignment = MinAlignment(heuristic.algo);
-  return true;
+  LtPlan plan;
+  plan.algo = heuristic.algo;
+  plan.workspace_bytes = heuristic.workspaceSize;
+  plan.min_alignment = MinAlignment(heuristic.algo);
+  return plan;
 }
 
 void CublasLtDense::Matmul(cublasLtHandle_t handle,

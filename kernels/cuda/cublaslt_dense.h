@@ -18,9 +18,10 @@
 //   Execution e = ToExecution(ReadAlgoConfig(heuristics[0].algo),
 //                             heuristics[0].workspaceSize);
 //   ...later, in another process...
-//   LtAlgoConfig config;  LtPlan plan;  std::string error;
-//   if (LtAlgoConfigFromExecution(e, &config, &error) &&
-//       problem.BuildAlgo(handle, config, &plan, &error)) {
+//   StatusOr<LtAlgoConfig> config = LtAlgoConfigFromExecution(e);
+//   StatusOr<LtPlan> plan = config.ok() ? problem.BuildAlgo(handle, *config)
+//                                       : config.status();
+//   if (plan.ok()) {
 //     problem.Matmul(handle, plan.algo, x, w, y, ws, ws_bytes, stream);
 //   }
 #ifndef GPUTUNE_KERNELS_CUDA_CUBLASLT_DENSE_H_
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -76,11 +78,10 @@ struct LtAlgoConfig {
 Execution ToExecution(const LtAlgoConfig& config, uint64_t workspace_bytes);
 
 // The inverse of ToExecution (a uint32 attribute is read from its int32 form
-// or its plain value). Returns false and sets *error (naming the param) when
-// the kernel is not kCublasLtKernel, a param is missing, unknown or out of
-// range for its type.
-bool LtAlgoConfigFromExecution(const Execution& execution, LtAlgoConfig* config,
-                               std::string* error);
+// or its plain value). kInvalidArgument (naming the param) when the kernel is
+// not kCublasLtKernel, a param is missing, unknown or out of range for its
+// type.
+StatusOr<LtAlgoConfig> LtAlgoConfigFromExecution(const Execution& execution);
 
 // Reads every config attribute of an algo (e.g. a heuristic result). Throws
 // std::runtime_error on a cuBLASLt error.
@@ -116,16 +117,16 @@ class CublasLtDense {
 
   // Rebuilds the algo from its config (cublasLtMatmulAlgoInit, then each
   // config attribute) and checks it on the current device
-  // (cublasLtMatmulAlgoCheck). Returns false and sets *error when any step
-  // fails: the algo cannot run here. Never throws.
-  bool BuildAlgo(cublasLtHandle_t handle, const LtAlgoConfig& config,
-                 LtPlan* plan, std::string* error) const;
+  // (cublasLtMatmulAlgoCheck). kFailedPrecondition naming the cuBLASLt
+  // call when any step fails: the algo cannot run here. Never throws.
+  StatusOr<LtPlan> BuildAlgo(cublasLtHandle_t handle,
+                             const LtAlgoConfig& config) const;
 
   // A plan of a heuristic result as cuBLASLt returned it: its algo, its
-  // workspace and its alignment. Returns false and sets *error when the
-  // result is not usable (state not SUCCESS). Never throws.
-  bool PlanFromHeuristic(const cublasLtMatmulHeuristicResult_t& heuristic,
-                         LtPlan* plan, std::string* error) const;
+  // workspace and its alignment. kFailedPrecondition when the result is not
+  // usable (state not SUCCESS). Never throws.
+  StatusOr<LtPlan> PlanFromHeuristic(
+      const cublasLtMatmulHeuristicResult_t& heuristic) const;
 
   // Enqueues y = x * W^T on the stream. x, w, y are device pointers to the
   // row-major bf16 tensors; workspace may be null when workspace_bytes is 0.

@@ -131,16 +131,13 @@ std::string NvidiaDriverBuild(const std::string& proc_version) {
 
 CudaWorkload::~CudaWorkload() { cudaSetDevice(device_); }
 
-std::unique_ptr<CudaBackend> CudaBackend::Create(
-    const CudaBackendOptions& options, std::string* error) {
-  std::unique_ptr<CudaBackend> backend(new CudaBackend());
-  try {
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  return GuardedStatus([&] {
+    std::unique_ptr<CudaBackend> backend(new CudaBackend());
     backend->Open(options);
-  } catch (const std::exception& e) {
-    *error = e.what();
-    return nullptr;
-  }
-  return backend;
+    return backend;
+  });
 }
 
 void CudaBackend::Open(const CudaBackendOptions& options) {
@@ -216,7 +213,7 @@ void CudaBackend::Open(const CudaBackendOptions& options) {
 
 void CudaBackend::ThrowIfCancelled() const {
   if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
-    throw CancelledError();
+    throw StatusException(CancelledStatus());
   }
 }
 
@@ -231,20 +228,21 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-std::string CudaBackend::DeviceError() {
+Status CudaBackend::DeviceStatus() {
   // Errors from kernel launches are sticky: once one happened, every call on
   // the context returns it. A non-sticky error has been reported to the
   // candidate that caused it already; clear it.
   if (cudaSetDevice(device_) != cudaSuccess) {
-    return std::string("cudaSetDevice: ") +
-           cudaGetErrorString(cudaGetLastError());
+    return UnavailableError(std::string("cudaSetDevice: ") +
+                            cudaGetErrorString(cudaGetLastError()));
   }
   const cudaError_t err = cudaDeviceSynchronize();
   if (err == cudaSuccess) {
     (void)cudaGetLastError();
-    return "";
+    return OkStatus();
   }
-  return std::string("cudaDeviceSynchronize: ") + cudaGetErrorString(err);
+  return UnavailableError(std::string("cudaDeviceSynchronize: ") +
+                          cudaGetErrorString(err));
 }
 
 void CudaBackend::Activate() const {
@@ -272,16 +270,22 @@ CudaBackend::Launcher CudaBackend::Resolve(const Execution& exec) {
   const std::string key = ExecKey(exec);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    std::string error;
-    auto plan = DensePlan::Make(lt_, problem_, exec, &error);
-    if (plan == nullptr) throw std::runtime_error(error);
-    it = plans_.emplace(key, std::move(plan)).first;
+    StatusOr<std::unique_ptr<DensePlan>> plan =
+        DensePlan::Make(lt_, problem_, exec);
+    if (!plan.ok()) throw StatusException(plan.status());
+    it = plans_.emplace(key, std::move(*plan)).first;
   }
   return {.plan = it->second.get()};
 }
 
-std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
-                                               int max_candidates) {
+StatusOr<std::vector<Execution>> CudaBackend::Candidates(
+    const DenseShape& shape, int max_candidates) {
+  return GuardedStatus(
+      [&] { return CandidatesOrThrow(shape, max_candidates); });
+}
+
+std::vector<Execution> CudaBackend::CandidatesOrThrow(const DenseShape& shape,
+                                                      int max_candidates) {
   Activate();
   UseShape(shape);
   const uint64_t limit = workspace_.size();
@@ -297,11 +301,13 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   const DensePlan* default_plan = nullptr;
   if (!heuristics.empty()) {
     Execution dflt{kCublasLtDefaultKernel, {}, heuristics[0].workspaceSize};
-    std::string error;
-    auto plan = DensePlan::Make(lt_, problem_, dflt, &error);
+    StatusOr<std::unique_ptr<DensePlan>> planned =
+        DensePlan::Make(lt_, problem_, dflt);
+    std::unique_ptr<DensePlan> plan =
+        planned.ok() ? std::move(*planned) : nullptr;
     if (plan == nullptr) {
       notes_.push_back("cuBLASLt's default " + dflt.ToString() +
-                       " cannot be planned (" + error +
+                       " cannot be planned (" + planned.status().message() +
                        "): the heuristic's algos are offered without it");
     } else {
       if (std::memcmp(&plan->lt_algo(), &heuristics[0].algo,
@@ -326,10 +332,12 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
     HeuristicRebuild rebuild;
     rebuild.index = static_cast<int>(i);
     rebuild.heuristic = h.algo;
-    std::string error;
-    auto plan = DensePlan::Make(lt_, problem_, exec, &error);
+    StatusOr<std::unique_ptr<DensePlan>> planned =
+        DensePlan::Make(lt_, problem_, exec);
+    std::unique_ptr<DensePlan> plan =
+        planned.ok() ? std::move(*planned) : nullptr;
     rebuild.rebuilt = plan != nullptr;
-    rebuild.error = error;
+    rebuild.error = planned.status().message();
     const std::string name = "cuBLASLt heuristic #" + std::to_string(i);
     if (plan != nullptr) {
       rebuild.rebuilt_algo = plan->lt_algo();
@@ -416,8 +424,13 @@ std::vector<Execution> CudaBackend::Candidates(const DenseShape& shape,
   return out;
 }
 
-std::unique_ptr<Workload> CudaBackend::Prepare(const DenseShape& shape,
-                                               uint64_t seed) {
+StatusOr<std::unique_ptr<Workload>> CudaBackend::Prepare(
+    const DenseShape& shape, uint64_t seed) {
+  return GuardedStatus([&] { return PrepareOrThrow(shape, seed); });
+}
+
+std::unique_ptr<Workload> CudaBackend::PrepareOrThrow(const DenseShape& shape,
+                                                      uint64_t seed) {
   Activate();
   UseShape(shape);
   std::unique_ptr<CudaWorkload> w(new CudaWorkload());
@@ -507,15 +520,24 @@ void CudaBackend::Launch(const Launcher& launcher, const DenseShape& shape,
     return;
   }
   const DensePlan& plan = *launcher.plan;
-  const std::string why =
-      plan.CannotLaunch(set.x, set.w, set.y, workspace_.size());
-  if (!why.empty()) throw std::runtime_error(why);
+  if (Status s = plan.CheckLaunchable(set.x, set.w, set.y, workspace_.size());
+      !s.ok()) {
+    throw StatusException(std::move(s));
+  }
   plan.Launch(lt_, set.x, set.w, set.y, workspace_.get(), workspace_.size(),
               stream_);
 }
 
-Comparison CudaBackend::RunAndCompare(Workload& workload, const Execution& exec,
-                                      double atol, double rtol) {
+StatusOr<Comparison> CudaBackend::RunAndCompare(Workload& workload,
+                                                const Execution& exec,
+                                                double atol, double rtol) {
+  return GuardedStatus(
+      [&] { return RunAndCompareOrThrow(workload, exec, atol, rtol); });
+}
+
+Comparison CudaBackend::RunAndCompareOrThrow(Workload& workload,
+                                             const Execution& exec, double atol,
+                                             double rtol) {
   Activate();
   CudaWorkload& w = AsCuda(workload);
   UseShape(w.shape());
@@ -530,8 +552,14 @@ Comparison CudaBackend::RunAndCompare(Workload& workload, const Execution& exec,
                                     w.compare_scratch_.get(), stream_);
 }
 
-Comparison CudaBackend::RunAndCompareExact(Workload& workload,
-                                           const Execution& exec) {
+StatusOr<Comparison> CudaBackend::RunAndCompareExact(Workload& workload,
+                                                     const Execution& exec) {
+  return GuardedStatus(
+      [&] { return RunAndCompareExactOrThrow(workload, exec); });
+}
+
+Comparison CudaBackend::RunAndCompareExactOrThrow(Workload& workload,
+                                                  const Execution& exec) {
   Activate();
   CudaWorkload& w = AsCuda(workload);
   UseShape(w.shape());
@@ -555,8 +583,9 @@ int CudaBackend::Bf16Partials(const Execution& exec) const {
       return 1;
     }
   } else if (exec.kernel == kCublasLtKernel) {
-    std::string error;
-    if (!LtAlgoConfigFromExecution(exec, &config, &error)) return 1;
+    StatusOr<LtAlgoConfig> read = LtAlgoConfigFromExecution(exec);
+    if (!read.ok()) return 1;
+    config = *read;
   } else {
     return 1;
   }
@@ -584,8 +613,13 @@ void CudaBackend::ScrubL2(int attempt) {
   }
 }
 
-double CudaBackend::TimeSample(Workload& workload, const Execution& exec,
-                               int reps) {
+StatusOr<double> CudaBackend::TimeSample(Workload& workload,
+                                         const Execution& exec, int reps) {
+  return GuardedStatus([&] { return TimeSampleOrThrow(workload, exec, reps); });
+}
+
+double CudaBackend::TimeSampleOrThrow(Workload& workload, const Execution& exec,
+                                      int reps) {
   Activate();
   CudaWorkload& w = AsCuda(workload);
   UseShape(w.shape());

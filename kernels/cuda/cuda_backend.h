@@ -1,10 +1,10 @@
 // CudaBackend: the Backend (kernels/backend.h) for one CUDA device.
 //
-//   std::string error;
-//   auto backend = CudaBackend::Create({.device = "0"}, &error);
-//   if (backend == nullptr) { /* error: "cudaGetDeviceCount: ..." */ }
-//   Fingerprint fp = backend->GetFingerprint();
-//   TuneReport r = TuneDense(*backend, shape, options);
+//   StatusOr<std::unique_ptr<CudaBackend>> backend =
+//       CudaBackend::Create({.device = "0"});
+//   if (!backend.ok()) { /* status: "cudaGetDeviceCount: ..." */ }
+//   Fingerprint fp = (*backend)->GetFingerprint();
+//   TuneReport r = TuneDense(**backend, shape, options);
 //
 // Candidates for a shape: cuBLASLt's default (what it runs untuned), the
 // heuristic's top algos rebuilt from their configs, then for decode shapes
@@ -72,6 +72,7 @@
 #include "kernels/cuda/dense_plan.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -187,38 +188,42 @@ class CudaWorkload final : public Workload {
 class CudaBackend final : public Backend {
  public:
   // Opens the device, creates the stream, the cuBLASLt handle, the workspace
-  // and timing events. Returns nullptr and sets *error when there is no usable
-  // device, naming the failing call and CUDA's error string (e.g.
-  // "cudaGetDeviceCount: no CUDA-capable device is detected") or the device
-  // option that matched nothing.
-  static std::unique_ptr<CudaBackend> Create(const CudaBackendOptions& options,
-                                             std::string* error);
+  // and timing events. Fails when there is no usable device, naming the
+  // failing call and CUDA's error string (e.g. "cudaGetDeviceCount: no
+  // CUDA-capable device is detected") or the device option that matched
+  // nothing. Never throws.
+  static StatusOr<std::unique_ptr<CudaBackend>> Create(
+      const CudaBackendOptions& options);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  // Backend. Every method throws std::runtime_error naming the CUDA or
-  // cuBLASLt call and its error string on a device error, and std::exception
-  // when an execution cannot run (unknown kernel, bad params, algo check).
+  // Backend. No method throws (these are called across the module's dlopen
+  // boundary, module_api.h): each returns kInternal naming the CUDA or
+  // cuBLASLt call and its error string on a device error or when an
+  // execution cannot run (unknown kernel, bad params, algo check),
+  // kResourceExhausted when host memory runs out, CancelledStatus() when the
+  // job was cancelled (SetCancel).
   std::string Name() const override { return "cuda"; }
   Fingerprint GetFingerprint() const override { return fingerprint_; }
   std::string PciBusId() const override { return pci_bus_id_; }
-  std::vector<Execution> Candidates(const DenseShape& shape,
-                                    int max_candidates) override;
-  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
-                                    uint64_t seed) override;
-  Comparison RunAndCompare(Workload& workload, const Execution& exec,
-                           double atol, double rtol) override;
-  Comparison RunAndCompareExact(Workload& workload,
-                                const Execution& exec) override;
+  StatusOr<std::vector<Execution>> Candidates(const DenseShape& shape,
+                                              int max_candidates) override;
+  StatusOr<std::unique_ptr<Workload>> Prepare(const DenseShape& shape,
+                                              uint64_t seed) override;
+  StatusOr<Comparison> RunAndCompare(Workload& workload, const Execution& exec,
+                                     double atol, double rtol) override;
+  StatusOr<Comparison> RunAndCompareExact(Workload& workload,
+                                          const Execution& exec) override;
   // A cuBLASLt split-K that does not reduce in the fp32 compute type rounds
   // its splitk partials to bf16; everything else accumulates in fp32.
   int Bf16Partials(const Execution& exec) const override;
   std::vector<std::string> CandidateNotes() const override { return notes_; }
-  double TimeSample(Workload& workload, const Execution& exec,
-                    int reps) override;
-  // A sticky error of the device's context (cudaDeviceSynchronize), if any.
-  std::string DeviceError() override;
+  StatusOr<double> TimeSample(Workload& workload, const Execution& exec,
+                              int reps) override;
+  // kUnavailable with the sticky error of the device's context
+  // (cudaDeviceSynchronize), if any.
+  Status DeviceStatus() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -237,6 +242,18 @@ class CudaBackend final : public Backend {
   CudaBackend() = default;
   // Opens the device; throws std::runtime_error.
   void Open(const CudaBackendOptions& options);
+  // The Backend methods' work, which reports errors by throwing (CheckCuda,
+  // ThrowIfCancelled); the methods return what it throws as a status
+  // (GuardedStatus, cuda_status.h).
+  std::vector<Execution> CandidatesOrThrow(const DenseShape& shape,
+                                           int max_candidates);
+  std::unique_ptr<Workload> PrepareOrThrow(const DenseShape& shape,
+                                           uint64_t seed);
+  Comparison RunAndCompareOrThrow(Workload& workload, const Execution& exec,
+                                  double atol, double rtol);
+  Comparison RunAndCompareExactOrThrow(Workload& workload,
+                                       const Execution& exec);
+  double TimeSampleOrThrow(Workload& workload, const Execution& exec, int reps);
   // Makes the device current on the calling thread.
   void Activate() const;
   // The cuBLASLt descriptors of the shape, rebuilt (and the plan cache
@@ -252,7 +269,8 @@ class CudaBackend final : public Backend {
   // Enqueues one run on one input set; throws when it cannot run.
   void Launch(const Launcher& launcher, const DenseShape& shape,
               const CudaWorkload::Set& set);
-  // Throws CancelledError when the job's cancel flag is set.
+  // Throws StatusException(CancelledStatus()) when the job's cancel flag is
+  // set.
   void ThrowIfCancelled() const;
   // Both references of a prepared workload, in launches, within
   // reference_limit_seconds (see above); throws.

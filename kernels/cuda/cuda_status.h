@@ -5,13 +5,25 @@
 //
 //   CheckCuda(cudaMalloc(&p, bytes), "cudaMalloc");
 //   // throws std::runtime_error("cudaMalloc: out of memory")
+//
+// Inside kernels/cuda the device work reports errors by throwing: one CUDA
+// call in three can fail, and the throw keeps each a single line. Nothing
+// thrown leaves the library: every entry point that other folders call
+// (CudaBackend's Backend methods and Create, DenseRunner) catches it and
+// returns a Status instead (GuardedStatus below), which is also what keeps
+// exceptions inside the dlopen'ed module (module_api.h).
 #ifndef GPUTUNE_KERNELS_CUDA_CUDA_STATUS_H_
 #define GPUTUNE_KERNELS_CUDA_CUDA_STATUS_H_
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -43,6 +55,35 @@ void CheckLaunch(cudaError_t launch_status, const char* kernel);
 // cudaErrorNotReady), which the runtime records as the last error all the
 // same (PyTorch's CUDAEvent::query clears it for this reason).
 void ClearLastErrorIf(cudaError_t expected);
+
+// Thrown inside kernels/cuda to carry a status that is not a CUDA error (a
+// cancellation: CancelledStatus()) to the entry point that converts it.
+class StatusException : public std::runtime_error {
+ public:
+  explicit StatusException(Status status)
+      : std::runtime_error(status.message()), status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+// body()'s value, or the status of what it threw: a StatusException's own,
+// kResourceExhausted for std::bad_alloc (a host allocation), kInternal with
+// the message for anything else (a CUDA or cuBLASLt error from CheckCuda,
+// CheckCublas, CheckLaunch; an execution that cannot run).
+template <typename Body>
+auto GuardedStatus(Body&& body) -> StatusOr<decltype(body())> {
+  try {
+    return body();
+  } catch (const StatusException& e) {
+    return e.status();
+  } catch (const std::bad_alloc& e) {
+    return ResourceExhaustedError(e.what());
+  } catch (...) {
+    return InternalError(CurrentExceptionMessage());
+  }
+}
 
 }  // namespace gputune::kernels
 

@@ -1,11 +1,12 @@
 #include "kernels/cuda/dense_plan.h"
 
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/execution_params.h"
 
 namespace gputune::kernels {
@@ -17,33 +18,32 @@ bool Aligned(const void* p, uint32_t alignment) {
 
 }  // namespace
 
-std::unique_ptr<DensePlan> DensePlan::Make(
+StatusOr<std::unique_ptr<DensePlan>> DensePlan::Make(
     cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
-    const Execution& execution, std::string* error) {
+    const Execution& execution) {
   if (execution.kernel == kCublasLtKernel) {
-    LtAlgoConfig config;
-    if (!LtAlgoConfigFromExecution(execution, &config, error)) return nullptr;
+    StatusOr<LtAlgoConfig> config = LtAlgoConfigFromExecution(execution);
+    if (!config.ok()) return config.status();
     std::unique_ptr<DensePlan> plan(
         new DensePlan(std::move(problem), Family::kCublasLt));
-    if (!plan->problem_->BuildAlgo(handle, config, &plan->lt_, error)) {
-      return nullptr;
-    }
+    StatusOr<LtPlan> lt = plan->problem_->BuildAlgo(handle, *config);
+    if (!lt.ok()) return lt.status();
+    plan->lt_ = *lt;
     plan->workspace_bytes_ = plan->lt_.workspace_bytes;
     plan->min_alignment_ = plan->lt_.min_alignment;
     return plan;
   }
   if (execution.kernel == kCublasLtDefaultKernel) {
-    if (!OnlyKnownParams(execution, {}, error)) return nullptr;
-    return Default(handle, std::move(problem), execution.workspace_bytes, 256,
-                   error);
+    GPUTUNE_KERNELS_RETURN_IF_ERROR(OnlyKnownParams(execution, {}));
+    return Default(handle, std::move(problem), execution.workspace_bytes, 256);
   }
   if (execution.kernel == kGemvSplitKKernel) {
     std::unique_ptr<DensePlan> plan(
         new DensePlan(std::move(problem), Family::kGemvSplitK));
-    if (!GemvSplitKParamsFromExecution(execution, plan->shape(), &plan->gemv_,
-                                       error)) {
-      return nullptr;
-    }
+    StatusOr<GemvSplitKParams> gemv =
+        GemvSplitKParamsFromExecution(execution, plan->shape());
+    if (!gemv.ok()) return gemv.status();
+    plan->gemv_ = *gemv;
     plan->workspace_bytes_ =
         GemvSplitKWorkspaceBytes(plan->gemv_, plan->shape());
     plan->min_alignment_ = 16;
@@ -52,10 +52,10 @@ std::unique_ptr<DensePlan> DensePlan::Make(
   if (execution.kernel == kMmaSkinnyKernel) {
     std::unique_ptr<DensePlan> plan(
         new DensePlan(std::move(problem), Family::kMmaSkinny));
-    if (!MmaSkinnyParamsFromExecution(execution, plan->shape(), &plan->mma_,
-                                      error)) {
-      return nullptr;
-    }
+    StatusOr<MmaSkinnyParams> mma =
+        MmaSkinnyParamsFromExecution(execution, plan->shape());
+    if (!mma.ok()) return mma.status();
+    plan->mma_ = *mma;
     // bf16 mma.sync needs 8.0. Checked once here, not at every launch; where
     // no device is current the launch itself fails. (No cudaGetLastError:
     // an error the application left pending is not ours to clear.)
@@ -65,63 +65,64 @@ std::unique_ptr<DensePlan> DensePlan::Make(
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                device) == cudaSuccess &&
         major < 8) {
-      *error = std::string(kMmaSkinnyKernel) +
-               ": needs compute capability 8.0 or newer, the device has " +
-               std::to_string(major) + ".x";
-      return nullptr;
+      return FailedPreconditionError(
+          std::string(kMmaSkinnyKernel) +
+          ": needs compute capability 8.0 or newer, the device has " +
+          std::to_string(major) + ".x");
     }
     plan->workspace_bytes_ = MmaSkinnyWorkspaceBytes(plan->mma_, plan->shape());
     plan->min_alignment_ = 16;
     return plan;
   }
-  *error = "unknown kernel \"" + execution.kernel + "\"";
-  return nullptr;
+  return InvalidArgumentError("unknown kernel \"" + execution.kernel + "\"");
 }
 
-std::unique_ptr<DensePlan> DensePlan::Default(
+StatusOr<std::unique_ptr<DensePlan>> DensePlan::Default(
     cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
-    uint64_t workspace_limit, uint32_t alignment, std::string* error) {
-  try {
-    const auto heuristics = problem->Heuristics(
-        handle, kDefaultHeuristicCandidates, workspace_limit, alignment);
-    if (heuristics.empty()) {
-      *error = "cuBLASLt's heuristic has no algo for this shape with " +
-               std::to_string(workspace_limit) + " workspace bytes and " +
-               std::to_string(alignment) + "-byte alignment";
-      return nullptr;
-    }
-    return FromHeuristic(std::move(problem), heuristics[0], error);
-  } catch (const std::exception& e) {
-    *error = e.what();
-    return nullptr;
+    uint64_t workspace_limit, uint32_t alignment) {
+  // Heuristics reports a cuBLASLt error by throwing (CheckCublas).
+  StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> heuristics =
+      GuardedStatus([&] {
+        return problem->Heuristics(handle, kDefaultHeuristicCandidates,
+                                   workspace_limit, alignment);
+      });
+  if (!heuristics.ok()) return heuristics.status();
+  if (heuristics->empty()) {
+    return FailedPreconditionError(
+        "cuBLASLt's heuristic has no algo for this shape with " +
+        std::to_string(workspace_limit) + " workspace bytes and " +
+        std::to_string(alignment) + "-byte alignment");
   }
+  return FromHeuristic(std::move(problem), heuristics->front());
 }
 
-std::unique_ptr<DensePlan> DensePlan::FromHeuristic(
+StatusOr<std::unique_ptr<DensePlan>> DensePlan::FromHeuristic(
     std::shared_ptr<const CublasLtDense> problem,
-    const cublasLtMatmulHeuristicResult_t& heuristic, std::string* error) {
+    const cublasLtMatmulHeuristicResult_t& heuristic) {
   std::unique_ptr<DensePlan> plan(
       new DensePlan(std::move(problem), Family::kCublasLt));
-  if (!plan->problem_->PlanFromHeuristic(heuristic, &plan->lt_, error)) {
-    return nullptr;
-  }
+  StatusOr<LtPlan> lt = plan->problem_->PlanFromHeuristic(heuristic);
+  if (!lt.ok()) return lt.status();
+  plan->lt_ = *lt;
   plan->workspace_bytes_ = plan->lt_.workspace_bytes;
   plan->min_alignment_ = plan->lt_.min_alignment;
   return plan;
 }
 
-std::string DensePlan::CannotLaunch(const void* x, const void* w, const void* y,
-                                    uint64_t workspace_bytes) const {
+Status DensePlan::CheckLaunchable(const void* x, const void* w, const void* y,
+                                  uint64_t workspace_bytes) const {
   if (workspace_bytes < workspace_bytes_) {
-    return "workspace too small: needs " + std::to_string(workspace_bytes_) +
-           " bytes, got " + std::to_string(workspace_bytes);
+    return FailedPreconditionError(
+        "workspace too small: needs " + std::to_string(workspace_bytes_) +
+        " bytes, got " + std::to_string(workspace_bytes));
   }
   if (!Aligned(x, min_alignment_) || !Aligned(w, min_alignment_) ||
       !Aligned(y, min_alignment_)) {
-    return "x, W and y must be " + std::to_string(min_alignment_) +
-           "-byte aligned";
+    return FailedPreconditionError("x, W and y must be " +
+                                   std::to_string(min_alignment_) +
+                                   "-byte aligned");
   }
-  return {};
+  return OkStatus();
 }
 
 void DensePlan::Launch(cublasLtHandle_t handle, const void* x, const void* w,

@@ -16,6 +16,7 @@
 #include "kernels/cuda/gemv_splitk.h"
 #include "kernels/cuda/mma_skinny.h"
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -24,29 +25,30 @@ class DensePlan {
   // Resolves the execution for problem->shape(): parses its params and, for
   // cuBLASLt, rebuilds and checks the algo with the handle
   // (kCublasLtDefaultKernel: Default() for its workspace_bytes and 256-byte
-  // aligned pointers). Returns nullptr
-  // and sets *error (why it cannot run here: unknown kernel, bad params,
-  // cublasLtMatmulAlgoCheck refused) on failure. Never throws.
-  static std::unique_ptr<DensePlan> Make(
+  // aligned pointers). Fails saying why it cannot run here:
+  // kInvalidArgument for an unknown kernel or bad params,
+  // kFailedPrecondition when cuBLASLt (cublasLtMatmulAlgoCheck) or the
+  // device refuses. Never throws.
+  static StatusOr<std::unique_ptr<DensePlan>> Make(
       cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
-      const Execution& execution, std::string* error);
+      const Execution& execution);
 
   // cuBLASLt's default for the problem: the first of the
   // kDefaultHeuristicCandidates heuristic results for workspace_limit bytes
   // and pointers aligned to `alignment` bytes, as the heuristic returned it.
   // What an Execution{kCublasLtDefaultKernel} resolves to, in the backend and
-  // in DenseRunner alike. Returns nullptr and sets *error when the heuristic
-  // has no algo or fails. Never throws.
-  static std::unique_ptr<DensePlan> Default(
+  // in DenseRunner alike. kFailedPrecondition when the heuristic has no algo,
+  // kInternal naming the cuBLASLt call when it fails. Never throws.
+  static StatusOr<std::unique_ptr<DensePlan>> Default(
       cublasLtHandle_t handle, std::shared_ptr<const CublasLtDense> problem,
-      uint64_t workspace_limit, uint32_t alignment, std::string* error);
+      uint64_t workspace_limit, uint32_t alignment);
 
   // cuBLASLt's own heuristic result, as it returned it (no rebuild from a
-  // config): what cuBLASLt runs untuned, the default. Returns nullptr and
-  // sets *error when the algo's capabilities cannot be read. Never throws.
-  static std::unique_ptr<DensePlan> FromHeuristic(
+  // config): what cuBLASLt runs untuned, the default. kFailedPrecondition
+  // when the heuristic result is not usable. Never throws.
+  static StatusOr<std::unique_ptr<DensePlan>> FromHeuristic(
       std::shared_ptr<const CublasLtDense> problem,
-      const cublasLtMatmulHeuristicResult_t& heuristic, std::string* error);
+      const cublasLtMatmulHeuristicResult_t& heuristic);
 
   const DenseShape& shape() const { return problem_->shape(); }
   // The cuBLASLt algo (kCublasLt plans only).
@@ -56,10 +58,11 @@ class DensePlan {
   // Alignment in bytes that x, w and y must have.
   uint32_t min_alignment() const { return min_alignment_; }
 
-  // Empty when the pointers and workspace can take this plan,
-  // else why not (for a caller that would rather fall back than throw).
-  std::string CannotLaunch(const void* x, const void* w, const void* y,
-                           uint64_t workspace_bytes) const;
+  // OK when the pointers and workspace can take this plan, else
+  // kFailedPrecondition saying why not (for a caller that would rather fall
+  // back than fail).
+  Status CheckLaunchable(const void* x, const void* w, const void* y,
+                         uint64_t workspace_bytes) const;
 
   // Enqueues y = x * W^T on the stream. Throws std::runtime_error when the
   // launch is refused.

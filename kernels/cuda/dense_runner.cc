@@ -1,7 +1,6 @@
 #include "kernels/cuda/dense_runner.h"
 
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,33 +18,31 @@ uint32_t PointerAlignment(const void* x, const void* w, const void* y) {
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
-// Enqueues the plan; returns why it could not, empty on success.
-std::string TryLaunch(const DensePlan& plan, cublasLtHandle_t lt, const void* x,
-                      const void* w, void* y, void* workspace,
-                      uint64_t workspace_bytes, cudaStream_t stream) {
-  std::string why = plan.CannotLaunch(x, w, y, workspace_bytes);
-  if (!why.empty()) return why;
-  try {
-    plan.Launch(lt, x, w, y, workspace, workspace_bytes, stream);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
+// Enqueues the plan, or says why it could not.
+Status TryLaunch(const DensePlan& plan, cublasLtHandle_t lt, const void* x,
+                 const void* w, void* y, void* workspace,
+                 uint64_t workspace_bytes, cudaStream_t stream) {
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      plan.CheckLaunchable(x, w, y, workspace_bytes));
+  // Launch reports a refused launch by throwing (cuda_status.h).
+  return GuardedStatus([&] {
+           plan.Launch(lt, x, w, y, workspace, workspace_bytes, stream);
+           return true;
+         })
+      .status();
 }
 
 }  // namespace
 
-std::unique_ptr<DenseRunner> DenseRunner::Create(std::string* error) {
+StatusOr<std::unique_ptr<DenseRunner>> DenseRunner::Create() {
   std::unique_ptr<DenseRunner> runner(new DenseRunner());
   const cudaError_t status = cudaGetDevice(&runner->device_);
   if (status != cudaSuccess) {
-    *error = CudaErrorMessage(status, "cudaGetDevice");
-    return nullptr;
+    return FailedPreconditionError(CudaErrorMessage(status, "cudaGetDevice"));
   }
   const cublasStatus_t lt = cublasLtCreate(&runner->lt_);
   if (lt != CUBLAS_STATUS_SUCCESS) {
-    *error = CublasErrorMessage(lt, "cublasLtCreate");
-    return nullptr;
+    return FailedPreconditionError(CublasErrorMessage(lt, "cublasLtCreate"));
   }
   return runner;
 }
@@ -60,10 +57,8 @@ DenseRunner::Resolved& DenseRunner::ResolveExecution(
   for (auto& [e, resolved] : cache.executions) {
     if (e == execution) return resolved;
   }
-  Resolved resolved;
-  resolved.plan =
-      DensePlan::Make(lt_, cache.problem, execution, &resolved.error);
-  cache.executions.emplace_back(execution, std::move(resolved));
+  cache.executions.emplace_back(execution,
+                                DensePlan::Make(lt_, cache.problem, execution));
   return cache.executions.back().second;
 }
 
@@ -76,39 +71,55 @@ DenseRunner::Resolved& DenseRunner::ResolveDefault(ShapeCache& cache,
   // The algo as the heuristic returned it, not rebuilt from its config: the
   // default is what cuBLASLt runs untuned, even when its config cannot be
   // rebuilt (CudaBackend then says so in the entry).
-  Resolved resolved;
-  resolved.plan = DensePlan::Default(lt_, cache.problem, workspace_bytes,
-                                     alignment, &resolved.error);
-  return cache.defaults.emplace(key, std::move(resolved)).first->second;
+  return cache.defaults
+      .emplace(key, DensePlan::Default(lt_, cache.problem, workspace_bytes,
+                                       alignment))
+      .first->second;
 }
 
-DenseRunResult DenseRunner::Run(const Execution& execution,
-                                const DenseShape& shape, const void* x,
-                                const void* w, void* y, cudaStream_t stream,
-                                void* workspace, size_t workspace_bytes) {
+StatusOr<DenseRunResult> DenseRunner::Run(const Execution& execution,
+                                          const DenseShape& shape,
+                                          const void* x, const void* w, void* y,
+                                          cudaStream_t stream, void* workspace,
+                                          size_t workspace_bytes) {
+  // What the standard library can throw on the way (std::bad_alloc from the
+  // caches) becomes a status too: this is a client's inference path.
+  StatusOr<StatusOr<DenseRunResult>> run = GuardedStatus([&] {
+    return RunOrFail(execution, shape, x, w, y, stream, workspace,
+                     workspace_bytes);
+  });
+  if (!run.ok()) return run.status();
+  return std::move(*run);
+}
+
+StatusOr<DenseRunResult> DenseRunner::RunOrFail(const Execution& execution,
+                                                const DenseShape& shape,
+                                                const void* x, const void* w,
+                                                void* y, cudaStream_t stream,
+                                                void* workspace,
+                                                size_t workspace_bytes) {
   DenseRunResult result;
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
-    result.message = "dense shape must have M, N, K >= 1";
-    return result;
+    return InvalidArgumentError("dense shape must have M, N, K >= 1");
   }
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess || current != device_) {
-    result.message = "DenseRunner for device " + std::to_string(device_) +
-                     " called while device " + std::to_string(current) +
-                     " is current";
-    return result;
+    return FailedPreconditionError(
+        "DenseRunner for device " + std::to_string(device_) +
+        " called while device " + std::to_string(current) + " is current");
   }
   auto [it, inserted] =
       shapes_.try_emplace(std::make_tuple(shape.m, shape.n, shape.k));
   ShapeCache& cache = it->second;
   if (inserted) {
-    try {
-      cache.problem = std::make_shared<const CublasLtDense>(shape);
-    } catch (const std::exception& e) {
+    // The descriptors report a cuBLASLt error by throwing (cuda_status.h).
+    StatusOr<std::shared_ptr<const CublasLtDense>> problem = GuardedStatus(
+        [&] { return std::make_shared<const CublasLtDense>(shape); });
+    if (!problem.ok()) {
       shapes_.erase(it);
-      result.message = e.what();
-      return result;
+      return FailedPreconditionError(problem.status().message());
     }
+    cache.problem = std::move(*problem);
   }
 
   // An empty execution (no tuned entry) asks for the default outright; an
@@ -124,37 +135,34 @@ DenseRunResult DenseRunner::Run(const Execution& execution,
       (execution.kernel == kCublasLtDefaultKernel && execution.params.empty());
   std::string why;
   if (!wants_default) {
-    Resolved& wanted = ResolveExecution(cache, execution);
-    why = wanted.error;
-    if (wanted.plan != nullptr) {
-      why = TryLaunch(*wanted.plan, lt_, x, w, y, workspace, workspace_bytes,
-                      stream);
-      if (why.empty()) {
-        result.ok = true;
-        return result;
-      }
+    const Resolved& wanted = ResolveExecution(cache, execution);
+    Status launched = wanted.status();
+    if (wanted.ok()) {
+      launched =
+          TryLaunch(**wanted, lt_, x, w, y, workspace, workspace_bytes, stream);
+      if (launched.ok()) return result;
     }
+    why = launched.message();
     result.fell_back = true;
-    result.message = execution.kernel + " cannot run here (" + why +
-                     "); ran cuBLASLt's default instead";
+    result.reason = execution.kernel + " cannot run here (" + why +
+                    "); ran cuBLASLt's default instead";
   }
 
-  Resolved& fallback =
+  const Resolved& fallback =
       ResolveDefault(cache, workspace_bytes, PointerAlignment(x, w, y));
-  std::string fallback_error = fallback.error;
-  if (fallback.plan != nullptr) {
-    fallback_error = TryLaunch(*fallback.plan, lt_, x, w, y, workspace,
-                               workspace_bytes, stream);
+  Status fallback_launched = fallback.status();
+  if (fallback.ok()) {
+    fallback_launched =
+        TryLaunch(**fallback, lt_, x, w, y, workspace, workspace_bytes, stream);
   }
-  if (!fallback_error.empty()) {
-    result.message = wants_default
-                         ? "the default cannot run (" + fallback_error + ")"
-                         : execution.kernel + " cannot run here (" + why +
-                               ") and neither can the default (" +
-                               fallback_error + ")";
-    return result;
+  if (!fallback_launched.ok()) {
+    const std::string& fallback_error = fallback_launched.message();
+    return FailedPreconditionError(
+        wants_default
+            ? "the default cannot run (" + fallback_error + ")"
+            : execution.kernel + " cannot run here (" + why +
+                  ") and neither can the default (" + fallback_error + ")");
   }
-  result.ok = true;
   return result;
 }
 

@@ -1,12 +1,12 @@
 // DenseRunner: runs a tuned Execution in a client process.
 //
-//   std::string error;
-//   std::unique_ptr<DenseRunner> runner = DenseRunner::Create(&error);
+//   StatusOr<std::unique_ptr<DenseRunner>> runner = DenseRunner::Create();
 //   ...
-//   DenseRunResult r = runner->Run(entry.execution, shape, x, w, y, stream,
-//                                  workspace, workspace_bytes);
-//   if (!r.ok) { /* nothing ran: r.message says why */ }
-//   if (r.fell_back) { /* log r.message once: the default ran instead */ }
+//   StatusOr<DenseRunResult> r = (*runner)->Run(entry.execution, shape, x, w,
+//                                               y, stream, workspace,
+//                                               workspace_bytes);
+//   if (!r.ok()) { /* nothing ran: r.status().message() says why */ }
+//   if (r->fell_back) { /* log r->reason once: the default ran instead */ }
 //
 // A cuBLASLt execution is rebuilt from its params (cublasLtMatmulAlgoInit and
 // the config attributes) and checked with cublasLtMatmulAlgoCheck; an own
@@ -46,21 +46,22 @@
 #include "kernels/cuda/cublaslt_dense.h"
 #include "kernels/cuda/dense_plan.h"
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
+// What Run enqueued: the execution, or the default in its place.
 struct DenseRunResult {
-  bool ok = false;         // the execution or the default was enqueued
   bool fell_back = false;  // the execution could not run; the default did
-  std::string message;     // why it fell back, or why nothing ran
+  std::string reason;      // why it fell back
 };
 
 class DenseRunner {
  public:
   // Binds to the device current on the calling thread and creates a cuBLASLt
-  // handle. Returns nullptr and sets *error (naming the CUDA or cuBLASLt call
-  // and its error string) when there is no usable device.
-  static std::unique_ptr<DenseRunner> Create(std::string* error);
+  // handle. kFailedPrecondition naming the CUDA or cuBLASLt call and its
+  // error string when there is no usable device. Never throws.
+  static StatusOr<std::unique_ptr<DenseRunner>> Create();
   ~DenseRunner();
   DenseRunner(const DenseRunner&) = delete;
   DenseRunner& operator=(const DenseRunner&) = delete;
@@ -69,19 +70,19 @@ class DenseRunner {
   // the stream, with the execution or, when it cannot run, the default. The
   // runner's device must be current. workspace may be null when
   // workspace_bytes is 0. An execution with an empty kernel (no tuned entry)
-  // runs the default without reporting a fall-back. Never throws.
-  DenseRunResult Run(const Execution& execution, const DenseShape& shape,
-                     const void* x, const void* w, void* y, cudaStream_t stream,
-                     void* workspace, size_t workspace_bytes);
+  // runs the default without reporting a fall-back. When neither can run,
+  // nothing is enqueued and the status says why (kInvalidArgument for a bad
+  // shape, kFailedPrecondition otherwise). Never throws.
+  StatusOr<DenseRunResult> Run(const Execution& execution,
+                               const DenseShape& shape, const void* x,
+                               const void* w, void* y, cudaStream_t stream,
+                               void* workspace, size_t workspace_bytes);
 
   int device() const { return device_; }
 
  private:
   // One resolved execution: a plan, or why there is none.
-  struct Resolved {
-    std::unique_ptr<DensePlan> plan;
-    std::string error;
-  };
+  using Resolved = StatusOr<std::unique_ptr<DensePlan>>;
   struct ShapeCache {
     std::shared_ptr<const CublasLtDense> problem;
     std::vector<std::pair<Execution, Resolved>> executions;
@@ -90,6 +91,12 @@ class DenseRunner {
   };
 
   DenseRunner() = default;
+  // Run's work; what it throws (std::bad_alloc) Run converts.
+  StatusOr<DenseRunResult> RunOrFail(const Execution& execution,
+                                     const DenseShape& shape, const void* x,
+                                     const void* w, void* y,
+                                     cudaStream_t stream, void* workspace,
+                                     size_t workspace_bytes);
   Resolved& ResolveExecution(ShapeCache& cache, const Execution& execution);
   Resolved& ResolveDefault(ShapeCache& cache, uint64_t workspace_bytes,
                            uint32_t alignment);

@@ -4,35 +4,33 @@
 
 namespace gputune::kernels {
 
-bool ReadParam(const Execution& execution, const char* name, int64_t min,
-               int64_t max, int64_t* value, std::string* error) {
+Status ReadParam(const Execution& execution, const char* name, int64_t min,
+                 int64_t max, int64_t* value) {
   const auto it = execution.params.find(name);
   if (it == execution.params.end()) {
-    *error = execution.kernel + ": param " + name + " is missing";
-    return false;
+    return InvalidArgumentError(execution.kernel + ": param " + name +
+                                " is missing");
   }
   if (it->second < min || it->second > max) {
-    *error = execution.kernel + ": param " + name + "=" +
-             std::to_string(it->second) + " is outside [" +
-             std::to_string(min) + ", " + std::to_string(max) + "]";
-    return false;
+    return InvalidArgumentError(execution.kernel + ": param " + name + "=" +
+                                std::to_string(it->second) + " is outside [" +
+                                std::to_string(min) + ", " +
+                                std::to_string(max) + "]");
   }
   *value = it->second;
-  return true;
+  return OkStatus();
 }
 
-bool OnlyKnownParams(const Execution& execution,
-                     std::initializer_list<const char*> known,
-                     std::string* error) {
+Status OnlyKnownParams(const Execution& execution,
+                       std::initializer_list<const char*> known) {
   for (const auto& [name, value] : execution.params) {
     bool found = false;
     for (const char* k : known) found = found || name == k;
     if (!found) {
-      *error = execution.kernel + ": unknown param " + name;
-      return false;
+      return InvalidArgumentError(execution.kernel + ": unknown param " + name);
     }
   }
-  return true;
+  return OkStatus();
 }
 
 }  // namespace gputune::kernels

@@ -8,19 +8,19 @@
 #include <string>
 
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
-// Reads params[name] into *value. Returns false and sets *error
-// ("<kernel>: param <name> ...") when it is missing or outside [min, max].
-bool ReadParam(const Execution& execution, const char* name, int64_t min,
-               int64_t max, int64_t* value, std::string* error);
+// Reads params[name] into *value. kInvalidArgument ("<kernel>: param <name>
+// ...") when it is missing or outside [min, max].
+Status ReadParam(const Execution& execution, const char* name, int64_t min,
+                 int64_t max, int64_t* value);
 
-// Returns false and sets *error naming the first param of the execution that
-// is not in `known` (an execution from another kernel version).
-bool OnlyKnownParams(const Execution& execution,
-                     std::initializer_list<const char*> known,
-                     std::string* error);
+// kInvalidArgument naming the first param of the execution that is not in
+// `known` (an execution from another kernel version).
+Status OnlyKnownParams(const Execution& execution,
+                       std::initializer_list<const char*> known);
 
 }  // namespace gputune::kernels
 

@@ -248,56 +248,52 @@ Execution ToExecution(const GemvSplitKParams& params, const DenseShape& shape) {
   return e;
 }
 
-bool GemvSplitKParamsFromExecution(const Execution& execution,
-                                   const DenseShape& shape,
-                                   GemvSplitKParams* params,
-                                   std::string* error) {
+StatusOr<GemvSplitKParams> GemvSplitKParamsFromExecution(
+    const Execution& execution, const DenseShape& shape) {
   if (execution.kernel != kGemvSplitKKernel) {
-    *error = "not a " + std::string(kGemvSplitKKernel) +
-             " execution: " + execution.kernel;
-    return false;
+    return InvalidArgumentError("not a " + std::string(kGemvSplitKKernel) +
+                                " execution: " + execution.kernel);
   }
-  if (!OnlyKnownParams(execution,
-                       {"rows_per_warp", "warps", "split_k", "m_tile", "vec"},
-                       error)) {
-    return false;
-  }
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(OnlyKnownParams(
+      execution, {"rows_per_warp", "warps", "split_k", "m_tile", "vec"}));
   int64_t rows, warps, split_k, m_tile, vec;
-  if (!ReadParam(execution, "rows_per_warp", 1, 4, &rows, error) ||
-      !ReadParam(execution, "warps", 1, kMaxWarps, &warps, error) ||
-      !ReadParam(execution, "split_k", 1, kMaxSplitK, &split_k, error) ||
-      !ReadParam(execution, "m_tile", 1, 16, &m_tile, error) ||
-      !ReadParam(execution, "vec", kVec, kVec, &vec, error)) {
-    return false;
-  }
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "rows_per_warp", 1, 4, &rows));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "warps", 1, kMaxWarps, &warps));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "split_k", 1, kMaxSplitK, &split_k));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "m_tile", 1, 16, &m_tile));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "vec", kVec, kVec, &vec));
   if (!IsPowerOfTwoUpTo(rows, 4) || !IsPowerOfTwoUpTo(m_tile, 16) ||
       m_tile * rows > kMaxAccumulators) {
-    *error = std::string(kGemvSplitKKernel) +
-             ": no kernel for rows_per_warp=" + std::to_string(rows) +
-             ", m_tile=" + std::to_string(m_tile) +
-             " (powers of two, rows_per_warp <= 4, m_tile <= 16, product <= " +
-             std::to_string(kMaxAccumulators) + ")";
-    return false;
+    return InvalidArgumentError(
+        std::string(kGemvSplitKKernel) + ": no kernel for rows_per_warp=" +
+        std::to_string(rows) + ", m_tile=" + std::to_string(m_tile) +
+        " (powers of two, rows_per_warp <= 4, m_tile <= 16, product <= " +
+        std::to_string(kMaxAccumulators) + ")");
   }
   if (shape.k % kVec != 0) {
-    *error = std::string(kGemvSplitKKernel) +
-             ": needs K % 8 == 0 for 16-byte "
-             "loads, K=" +
-             std::to_string(shape.k);
-    return false;
+    return InvalidArgumentError(std::string(kGemvSplitKKernel) +
+                                ": needs K % 8 == 0 for 16-byte "
+                                "loads, K=" +
+                                std::to_string(shape.k));
   }
   if (CeilDiv(shape.m, m_tile) > 65535) {
-    *error = std::string(kGemvSplitKKernel) + ": M=" + std::to_string(shape.m) +
-             " needs more than 65535 token tiles of m_tile=" +
-             std::to_string(m_tile);
-    return false;
+    return InvalidArgumentError(
+        std::string(kGemvSplitKKernel) + ": M=" + std::to_string(shape.m) +
+        " needs more than 65535 token tiles of m_tile=" +
+        std::to_string(m_tile));
   }
-  params->rows_per_warp = static_cast<int>(rows);
-  params->warps = static_cast<int>(warps);
-  params->split_k = static_cast<int>(split_k);
-  params->m_tile = static_cast<int>(m_tile);
-  params->vec = static_cast<int>(vec);
-  return true;
+  GemvSplitKParams params;
+  params.rows_per_warp = static_cast<int>(rows);
+  params.warps = static_cast<int>(warps);
+  params.split_k = static_cast<int>(split_k);
+  params.m_tile = static_cast<int>(m_tile);
+  params.vec = static_cast<int>(vec);
+  return params;
 }
 
 std::vector<GemvSplitKParams> GemvSplitKCandidates(const DenseShape& shape,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -54,14 +55,12 @@ uint64_t GemvSplitKWorkspaceBytes(const GemvSplitKParams& params,
 // GemvSplitKWorkspaceBytes(params, shape)}.
 Execution ToExecution(const GemvSplitKParams& params, const DenseShape& shape);
 
-// The inverse of ToExecution, checked against the shape. Returns false and
-// sets *error (naming the param, or K when K % 8 != 0) when the execution is
-// not this family or cannot run on the shape. Any M is accepted: m_tile
-// decides how many CTAs share a row of W.
-bool GemvSplitKParamsFromExecution(const Execution& execution,
-                                   const DenseShape& shape,
-                                   GemvSplitKParams* params,
-                                   std::string* error);
+// The inverse of ToExecution, checked against the shape. kInvalidArgument
+// (naming the param, or K when K % 8 != 0) when the execution is not this
+// family or cannot run on the shape. Any M is accepted: m_tile decides how
+// many CTAs share a row of W.
+StatusOr<GemvSplitKParams> GemvSplitKParamsFromExecution(
+    const Execution& execution, const DenseShape& shape);
 
 // A few parameterisations worth measuring for the shape on a device with
 // sm_count multiprocessors, distinct and valid; empty unless

@@ -271,45 +271,45 @@ Execution ToExecution(const MmaSkinnyParams& params, const DenseShape& shape) {
   return e;
 }
 
-bool MmaSkinnyParamsFromExecution(const Execution& execution,
-                                  const DenseShape& shape,
-                                  MmaSkinnyParams* params, std::string* error) {
+StatusOr<MmaSkinnyParams> MmaSkinnyParamsFromExecution(
+    const Execution& execution, const DenseShape& shape) {
   const std::string name = kMmaSkinnyKernel;
   if (execution.kernel != kMmaSkinnyKernel) {
-    *error = "not a " + name + " execution: " + execution.kernel;
-    return false;
+    return InvalidArgumentError("not a " + name +
+                                " execution: " + execution.kernel);
   }
-  if (!OnlyKnownParams(execution, {"row_tiles", "warps", "split_k", "k_unroll"},
-                       error)) {
-    return false;
-  }
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(OnlyKnownParams(
+      execution, {"row_tiles", "warps", "split_k", "k_unroll"}));
   int64_t row_tiles, warps, split_k, k_unroll;
-  if (!ReadParam(execution, "row_tiles", 1, 4, &row_tiles, error) ||
-      !ReadParam(execution, "warps", 1, kMaxWarps, &warps, error) ||
-      !ReadParam(execution, "split_k", 1, kMaxSplitK, &split_k, error) ||
-      !ReadParam(execution, "k_unroll", 1, 2, &k_unroll, error)) {
-    return false;
-  }
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "row_tiles", 1, 4, &row_tiles));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "warps", 1, kMaxWarps, &warps));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "split_k", 1, kMaxSplitK, &split_k));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      ReadParam(execution, "k_unroll", 1, 2, &k_unroll));
   if (!IsPowerOfTwoUpTo(row_tiles, 4) || !IsPowerOfTwoUpTo(warps, kMaxWarps)) {
-    *error = name + ": no kernel for row_tiles=" + std::to_string(row_tiles) +
-             ", warps=" + std::to_string(warps) +
-             " (powers of two, up to 4 and " + std::to_string(kMaxWarps) + ")";
-    return false;
+    return InvalidArgumentError(
+        name + ": no kernel for row_tiles=" + std::to_string(row_tiles) +
+        ", warps=" + std::to_string(warps) + " (powers of two, up to 4 and " +
+        std::to_string(kMaxWarps) + ")");
   }
   if (shape.m < 1 || shape.m > kMmaSkinnyMaxM) {
-    *error = name + ": M must be 1.." + std::to_string(kMmaSkinnyMaxM) +
-             ", M=" + std::to_string(shape.m);
-    return false;
+    return InvalidArgumentError(name + ": M must be 1.." +
+                                std::to_string(kMmaSkinnyMaxM) +
+                                ", M=" + std::to_string(shape.m));
   }
   if (shape.k % kKStep != 0) {
-    *error = name + ": needs K % 64 == 0, K=" + std::to_string(shape.k);
-    return false;
+    return InvalidArgumentError(
+        name + ": needs K % 64 == 0, K=" + std::to_string(shape.k));
   }
-  params->row_tiles = static_cast<int>(row_tiles);
-  params->warps = static_cast<int>(warps);
-  params->split_k = static_cast<int>(split_k);
-  params->k_unroll = static_cast<int>(k_unroll);
-  return true;
+  MmaSkinnyParams params;
+  params.row_tiles = static_cast<int>(row_tiles);
+  params.warps = static_cast<int>(warps);
+  params.split_k = static_cast<int>(split_k);
+  params.k_unroll = static_cast<int>(k_unroll);
+  return params;
 }
 
 std::vector<MmaSkinnyParams> MmaSkinnyCandidates(const DenseShape& shape,

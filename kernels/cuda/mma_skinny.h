@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -63,12 +64,11 @@ uint64_t MmaSkinnyWorkspaceBytes(const MmaSkinnyParams& params,
 // MmaSkinnyWorkspaceBytes(params, shape)}.
 Execution ToExecution(const MmaSkinnyParams& params, const DenseShape& shape);
 
-// The inverse of ToExecution, checked against the shape. Returns false and
-// sets *error (naming the param, or M or K) when the execution is not this
-// family or cannot run on the shape (M > 16, K % 64 != 0).
-bool MmaSkinnyParamsFromExecution(const Execution& execution,
-                                  const DenseShape& shape,
-                                  MmaSkinnyParams* params, std::string* error);
+// The inverse of ToExecution, checked against the shape. kInvalidArgument
+// (naming the param, or M or K) when the execution is not this family or
+// cannot run on the shape (M > 16, K % 64 != 0).
+StatusOr<MmaSkinnyParams> MmaSkinnyParamsFromExecution(
+    const Execution& execution, const DenseShape& shape);
 
 // A few parameterisations worth measuring for the shape on a device with
 // sm_count multiprocessors of compute capability major.minor, distinct and

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,23 +25,25 @@ int64_t Param(const Execution& exec, const char* name, int64_t fallback) {
   return it == exec.params.end() ? fallback : it->second;
 }
 
-// Empty when FaultBackend can run exec, else why not.
-std::string FaultExecutionError(const Execution& exec) {
-  if (!IsFault(exec)) return HostExecutionError(exec);
+// OK when FaultBackend can run exec, else kInvalidArgument saying why not.
+Status ValidateFaultExecution(const Execution& exec) {
+  if (!IsFault(exec)) return ValidateHostExecution(exec);
   if (exec.kernel == "fault.wrong" || exec.kernel == "fault.throws" ||
       exec.kernel == "fault.slow" || exec.kernel == "fault.lose_device" ||
       exec.kernel == "fault.drop_term" || exec.kernel == "fault.repeat_term") {
-    return "";
+    return OkStatus();
   }
   if (exec.kernel == "fault.splitk_bf16") {
-    return Param(exec, "split", 2) >= 1 ? ""
-                                        : "fault.splitk_bf16 needs split >= 1";
+    return Param(exec, "split", 2) >= 1
+               ? OkStatus()
+               : InvalidArgumentError("fault.splitk_bf16 needs split >= 1");
   }
   if (exec.kernel == "fault.fixed") {
-    return Param(exec, "time_us", 100) > 0 ? ""
-                                           : "fault.fixed needs time_us > 0";
+    return Param(exec, "time_us", 100) > 0
+               ? OkStatus()
+               : InvalidArgumentError("fault.fixed needs time_us > 0");
   }
-  return "unknown fault kernel \"" + exec.kernel + "\"";
+  return InvalidArgumentError("unknown fault kernel \"" + exec.kernel + "\"");
 }
 
 // y = x * W^T computed as `exec` would: host.naive's order, except that
@@ -81,28 +82,28 @@ void DenseAsFault(const Execution& exec, const DenseShape& s, const Bf16* x,
 }
 
 // Sleeps, looking at the cancel flag every 5 ms.
-void Sleep(std::chrono::milliseconds total, const std::atomic<bool>* cancel) {
+Status Sleep(std::chrono::milliseconds total, const std::atomic<bool>* cancel) {
   const auto end = std::chrono::steady_clock::now() + total;
   while (std::chrono::steady_clock::now() < end) {
-    if (cancel != nullptr && cancel->load()) throw CancelledError();
+    if (cancel != nullptr && cancel->load()) return CancelledStatus();
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
         std::chrono::milliseconds(5), end - std::chrono::steady_clock::now()));
   }
+  return OkStatus();
 }
 
 // Runs a fault.* execution into the workload's output, on the uniform or
 // the exact-check inputs.
-void RunFault(HostWorkload& wl, const Execution& exec, bool timing, bool exact,
-              const std::atomic<bool>* cancel) {
-  if (std::string error = FaultExecutionError(exec); !error.empty()) {
-    throw std::invalid_argument(error);
-  }
+Status RunFault(HostWorkload& wl, const Execution& exec, bool timing,
+                bool exact, const std::atomic<bool>* cancel) {
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(ValidateFaultExecution(exec));
   if (exec.kernel == "fault.throws" &&
       (timing || Param(exec, "on_timing", 0) == 0)) {
-    throw std::runtime_error("injected failure");
+    return InternalError("injected failure");
   }
   if (exec.kernel == "fault.slow") {
-    Sleep(std::chrono::milliseconds(Param(exec, "sleep_ms", 50)), cancel);
+    GPUTUNE_KERNELS_RETURN_IF_ERROR(
+        Sleep(std::chrono::milliseconds(Param(exec, "sleep_ms", 50)), cancel));
   }
   const Bf16* x = exact ? wl.exact_x() : wl.x();
   const Bf16* w = exact ? wl.exact_w() : wl.w();
@@ -112,6 +113,7 @@ void RunFault(HostWorkload& wl, const Execution& exec, bool timing, bool exact,
       wl.y()[i] = FloatToBf16(Bf16ToFloat(wl.y()[i]) + 16.0f);
     }
   }
+  return OkStatus();
 }
 
 }  // namespace
@@ -129,22 +131,23 @@ std::vector<Execution> FaultBackend::DefaultCandidates() {
   };
 }
 
-std::vector<Execution> FaultBackend::ParseCandidates(std::string_view spec,
-                                                     std::string* error) {
+StatusOr<std::vector<Execution>> FaultBackend::ParseCandidates(
+    std::string_view spec) {
   std::vector<Execution> out;
   while (!spec.empty()) {
     const size_t end = std::min(spec.find(';'), spec.size());
     const std::string_view item = spec.substr(0, end);
     spec.remove_prefix(std::min(end + 1, spec.size()));
     std::optional<Execution> exec = ParseExecution(item);
-    std::string why = exec ? FaultExecutionError(*exec) : "syntax error";
-    if (!why.empty()) {
-      *error = "candidate \"" + std::string(item) + "\": " + why;
-      return {};
+    const Status why = exec ? ValidateFaultExecution(*exec)
+                            : InvalidArgumentError("syntax error");
+    if (!why.ok()) {
+      return InvalidArgumentError("candidate \"" + std::string(item) +
+                                  "\": " + why.message());
     }
     out.push_back(std::move(*exec));
   }
-  if (out.empty()) *error = "no candidate given";
+  if (out.empty()) return InvalidArgumentError("no candidate given");
   return out;
 }
 
@@ -156,40 +159,46 @@ Fingerprint FaultBackend::GetFingerprint() const {
   return fingerprint;
 }
 
-std::vector<Execution> FaultBackend::Candidates(const DenseShape& /*shape*/,
-                                                int max_candidates) {
+StatusOr<std::vector<Execution>> FaultBackend::Candidates(
+    const DenseShape& /*shape*/, int max_candidates) {
   std::vector<Execution> out = candidates_;
   out.resize(
       std::min(out.size(), static_cast<size_t>(std::max(1, max_candidates))));
   return out;
 }
 
-std::unique_ptr<Workload> FaultBackend::Prepare(const DenseShape& shape,
-                                                uint64_t seed) {
+StatusOr<std::unique_ptr<Workload>> FaultBackend::Prepare(
+    const DenseShape& shape, uint64_t seed) {
   return host_.Prepare(shape, seed);
 }
 
-std::string FaultBackend::DeviceError() { return device_error_; }
+Status FaultBackend::DeviceStatus() { return device_status_; }
 
-Comparison FaultBackend::RunAndCompare(Workload& workload,
-                                       const Execution& exec, double atol,
-                                       double rtol) {
+StatusOr<Comparison> FaultBackend::RunAndCompare(Workload& workload,
+                                                 const Execution& exec,
+                                                 double atol, double rtol) {
   if (!IsFault(exec)) return host_.RunAndCompare(workload, exec, atol, rtol);
   if (exec.kernel == "fault.lose_device") {
-    device_error_ = "injected device loss";
-    throw std::runtime_error("injected device loss");
+    device_status_ = UnavailableError("injected device loss");
+    return device_status_;
   }
-  HostWorkload& wl = HostBackend::AsHost(workload);
-  RunFault(wl, exec, /*timing=*/false, /*exact=*/false, host_.cancel());
-  return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);
+  StatusOr<HostWorkload*> wl = HostBackend::AsHost(workload);
+  if (!wl.ok()) return wl.status();
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(RunFault(**wl, exec, /*timing=*/false,
+                                           /*exact=*/false, host_.cancel()));
+  return CompareWithReference((*wl)->y(), (*wl)->reference(), (*wl)->outputs(),
+                              atol, rtol);
 }
 
-Comparison FaultBackend::RunAndCompareExact(Workload& workload,
-                                            const Execution& exec) {
+StatusOr<Comparison> FaultBackend::RunAndCompareExact(Workload& workload,
+                                                      const Execution& exec) {
   if (!IsFault(exec)) return host_.RunAndCompareExact(workload, exec);
-  HostWorkload& wl = HostBackend::AsHost(workload);
-  RunFault(wl, exec, /*timing=*/false, /*exact=*/true, host_.cancel());
-  return CompareWithReference(wl.y(), wl.exact_reference(), wl.outputs(), 0, 0);
+  StatusOr<HostWorkload*> wl = HostBackend::AsHost(workload);
+  if (!wl.ok()) return wl.status();
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(RunFault(**wl, exec, /*timing=*/false,
+                                           /*exact=*/true, host_.cancel()));
+  return CompareWithReference((*wl)->y(), (*wl)->exact_reference(),
+                              (*wl)->outputs(), 0, 0);
 }
 
 int FaultBackend::Bf16Partials(const Execution& exec) const {
@@ -198,13 +207,15 @@ int FaultBackend::Bf16Partials(const Execution& exec) const {
              : 1;
 }
 
-double FaultBackend::TimeSample(Workload& workload, const Execution& exec,
-                                int reps) {
+StatusOr<double> FaultBackend::TimeSample(Workload& workload,
+                                          const Execution& exec, int reps) {
   if (!IsFault(exec)) return host_.TimeSample(workload, exec, reps);
   if (exec.kernel == "fault.fixed") return Param(exec, "time_us", 100) * 1e-6;
-  HostWorkload& wl = HostBackend::AsHost(workload);
+  StatusOr<HostWorkload*> wl = HostBackend::AsHost(workload);
+  if (!wl.ok()) return wl.status();
   return MeanSecondsPerRun(reps, [&] {
-    RunFault(wl, exec, /*timing=*/true, /*exact=*/false, host_.cancel());
+    return RunFault(**wl, exec, /*timing=*/true, /*exact=*/false,
+                    host_.cancel());
   });
 }
 

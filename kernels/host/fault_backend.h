@@ -1,7 +1,9 @@
-// FaultBackend: a TEST-ONLY Backend whose candidates misbehave on purpose, so
-// that the engine's and the daemon's handling of bad kernels can be tested
-// without a broken GPU. It lives in gputune_kernels_testing, never in
-// gputune_kernels; gputuned offers it only behind --backend=fault.
+// FaultBackend: a Backend whose candidates misbehave on purpose, so that the
+// engine's and the daemon's handling of bad kernels can be tested without a
+// broken GPU. It lives in gputune_kernels_fault, never in gputune_kernels:
+// the kernels tests link it, and gputuned offers it behind --backend=fault
+// so that the integration tests exercise the real binary's failure paths
+// (kernels/CMakeLists.txt says why gputuned carries it).
 //
 //   kernels::FaultBackend backend({{"fault.fixed", {{"time_us", 100}}},
 //                                  {"fault.fixed", {{"time_us", 97}}}});
@@ -10,13 +12,15 @@
 // Kernel families (parameters optional, defaults shown):
 //   host.*                           HostBackend's kernels, unchanged
 //   fault.wrong                      every 7th output is off by +16
-//   fault.throws    on_timing=0      throws std::runtime_error("injected
-//                                    failure") in validation, or (on_timing=1)
-//                                    only when timed
+//   fault.throws    on_timing=0      fails with kInternal "injected
+//                                    failure" in validation, or (on_timing=1)
+//                                    only when timed (a kernel that throws,
+//                                    as the name says, in a backend whose
+//                                    boundary converts it)
 //   fault.slow      sleep_ms=50      correct, but sleeps sleep_ms per run
-//   fault.lose_device                throws, and from then on DeviceError()
-//                                    reports "injected device loss" (a
-//                                    sticky CUDA error, simulated)
+//   fault.lose_device                fails, and from then on DeviceStatus()
+//                                    reports kUnavailable "injected device
+//                                    loss" (a sticky CUDA error, simulated)
 //   fault.fixed     time_us=100      correct; TimeSample reports exactly
 //                                    time_us per run without running anything,
 //                                    so selection tests are deterministic
@@ -55,36 +59,36 @@ class FaultBackend final : public Backend {
 
   // Reads a candidate list written as Execution::ToString forms separated by
   // ';', e.g. "fault.fixed(time_us=100);fault.fixed(time_us=97)" (for a
-  // --fault_candidates flag). On a syntax error or a kernel this backend
-  // cannot run returns an empty list and sets *error.
-  static std::vector<Execution> ParseCandidates(std::string_view spec,
-                                                std::string* error);
+  // --fault_candidates flag). kInvalidArgument on a syntax error, a kernel
+  // this backend cannot run or an empty list.
+  static StatusOr<std::vector<Execution>> ParseCandidates(
+      std::string_view spec);
 
   std::string Name() const override;  // "fault"
   // The host's fingerprint with backend "fault", so fault-tuned entries never
   // pass for host ones.
   Fingerprint GetFingerprint() const override;
   // The constructor's list, cut to max_candidates.
-  std::vector<Execution> Candidates(const DenseShape& shape,
-                                    int max_candidates) override;
-  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
-                                    uint64_t seed) override;
-  Comparison RunAndCompare(Workload& workload, const Execution& exec,
-                           double atol, double rtol) override;
-  Comparison RunAndCompareExact(Workload& workload,
-                                const Execution& exec) override;
+  StatusOr<std::vector<Execution>> Candidates(const DenseShape& shape,
+                                              int max_candidates) override;
+  StatusOr<std::unique_ptr<Workload>> Prepare(const DenseShape& shape,
+                                              uint64_t seed) override;
+  StatusOr<Comparison> RunAndCompare(Workload& workload, const Execution& exec,
+                                     double atol, double rtol) override;
+  StatusOr<Comparison> RunAndCompareExact(Workload& workload,
+                                          const Execution& exec) override;
   int Bf16Partials(const Execution& exec) const override;
   void SetCancel(const std::atomic<bool>* cancel) override {
     host_.SetCancel(cancel);
   }
-  double TimeSample(Workload& workload, const Execution& exec,
-                    int reps) override;
-  // Set once a fault.lose_device candidate ran.
-  std::string DeviceError() override;
+  StatusOr<double> TimeSample(Workload& workload, const Execution& exec,
+                              int reps) override;
+  // Not OK once a fault.lose_device candidate ran.
+  Status DeviceStatus() override;
 
  private:
   HostBackend host_;
-  std::string device_error_;
+  Status device_status_;
   const std::vector<Execution> candidates_;
 };
 

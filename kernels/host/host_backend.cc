@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <stdexcept>
+#include <new>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -84,17 +84,19 @@ uint64_t PhysicalMemoryBytes() {
 // Elements generated between two looks at the cancel flag.
 constexpr size_t kFillCancelStride = size_t{1} << 16;
 
-// out[i] = element(i) for i < count, throwing CancelledError once cancel
-// (when not null) is set: the inputs of the largest shapes take seconds.
+// out[i] = element(i) for i < count, stopping with CancelledStatus() once
+// cancel (when not null) is set: the inputs of the largest shapes take
+// seconds.
 template <typename Element>
-void Fill(Bf16* out, size_t count, const std::atomic<bool>* cancel,
-          Element element) {
+Status FillInputs(Bf16* out, size_t count, const std::atomic<bool>* cancel,
+                  Element element) {
   for (size_t i = 0; i < count; ++i) {
     if (i % kFillCancelStride == 0 && cancel != nullptr && cancel->load()) {
-      throw CancelledError();
+      return CancelledStatus();
     }
     out[i] = element(i);
   }
+  return OkStatus();
 }
 
 uint32_t HardwareThreads() {
@@ -103,39 +105,64 @@ uint32_t HardwareThreads() {
 
 }  // namespace
 
-HostWorkload::HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
-                           const std::atomic<bool>* cancel)
-    : shape_(shape), copies_(copies) {
+StatusOr<std::unique_ptr<HostWorkload>> HostWorkload::Make(
+    const DenseShape& shape, uint64_t seed, int copies,
+    const std::atomic<bool>* cancel) {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1 || copies < 1) {
-    throw std::invalid_argument(
+    return InvalidArgumentError(
         "host workload needs m, n, k >= 1 and at least one copy");
   }
+  // The buffers of the largest shapes may not fit: std::bad_alloc (or
+  // std::length_error) is the standard library's only way to say so.
+  try {
+    std::unique_ptr<HostWorkload> workload(new HostWorkload(shape, copies));
+    GPUTUNE_KERNELS_RETURN_IF_ERROR(workload->Fill(seed, cancel));
+    return workload;
+  } catch (const std::bad_alloc& e) {
+    return ResourceExhaustedError(e.what());
+  } catch (...) {
+    return ResourceExhaustedError(CurrentExceptionMessage());
+  }
+}
+
+Status HostWorkload::Fill(uint64_t seed, const std::atomic<bool>* cancel) {
+  const DenseShape& shape = shape_;
   const size_t x_size = static_cast<size_t>(shape.m * shape.k);
   const size_t w_size = static_cast<size_t>(shape.n * shape.k);
-  x_.resize(x_size * copies);
-  w_.resize(w_size * copies);
+  x_.resize(x_size * copies_);
+  w_.resize(w_size * copies_);
   y_.resize(static_cast<size_t>(shape.m * shape.n));
   // FillUniformBf16's values, with looks at the cancel flag.
-  Fill(x_.data(), x_size, cancel,
-       [&](size_t i) { return UniformBf16(seed, kStreamX, i); });
-  Fill(w_.data(), w_size, cancel,
-       [&](size_t i) { return UniformBf16(seed, kStreamW, i); });
-  for (int c = 1; c < copies; ++c) {
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      FillInputs(x_.data(), x_size, cancel,
+                 [&](size_t i) { return UniformBf16(seed, kStreamX, i); }));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      FillInputs(w_.data(), w_size, cancel,
+                 [&](size_t i) { return UniformBf16(seed, kStreamW, i); }));
+  for (int c = 1; c < copies_; ++c) {
     std::copy_n(x_.begin(), x_size, x_.begin() + c * x_size);
     std::copy_n(w_.begin(), w_size, w_.begin() + c * w_size);
   }
-  reference_ = ReferenceDense(shape, x_.data(), w_.data(), cancel);
+  StatusOr<std::vector<float>> reference =
+      ReferenceDense(shape, x_.data(), w_.data(), cancel);
+  if (!reference.ok()) return reference.status();
+  reference_ = std::move(*reference);
   exact_x_.resize(x_size);
   exact_w_.resize(w_size);
   // FillExactCheckBf16's values, with looks at the cancel flag.
-  Fill(exact_x_.data(), x_size, cancel, [&](size_t i) {
-    return ExactCheckBf16(seed, kStreamExactX, i, shape.k);
-  });
-  Fill(exact_w_.data(), w_size, cancel, [&](size_t i) {
-    return ExactCheckBf16(seed, kStreamExactW, i, shape.k);
-  });
-  exact_reference_ =
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      FillInputs(exact_x_.data(), x_size, cancel, [&](size_t i) {
+        return ExactCheckBf16(seed, kStreamExactX, i, shape.k);
+      }));
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      FillInputs(exact_w_.data(), w_size, cancel, [&](size_t i) {
+        return ExactCheckBf16(seed, kStreamExactW, i, shape.k);
+      }));
+  StatusOr<std::vector<float>> exact_reference =
       ReferenceExactCheck(shape, exact_x_.data(), exact_w_.data(), cancel);
+  if (!exact_reference.ok()) return exact_reference.status();
+  exact_reference_ = std::move(*exact_reference);
+  return OkStatus();
 }
 
 const Bf16* HostWorkload::x(int copy) const {
@@ -165,8 +192,8 @@ std::string HostBackend::Name() const { return "host"; }
 
 Fingerprint HostBackend::GetFingerprint() const { return fingerprint_; }
 
-std::vector<Execution> HostBackend::Candidates(const DenseShape& /*shape*/,
-                                               int max_candidates) {
+StatusOr<std::vector<Execution>> HostBackend::Candidates(
+    const DenseShape& /*shape*/, int max_candidates) {
   std::vector<Execution> out = {
       {"host.naive", {}},
       {"host.unrolled", {{"unroll", 8}}},
@@ -186,57 +213,75 @@ std::vector<Execution> HostBackend::Candidates(const DenseShape& /*shape*/,
   return out;
 }
 
-std::unique_ptr<Workload> HostBackend::Prepare(const DenseShape& shape,
-                                               uint64_t seed) {
+StatusOr<std::unique_ptr<Workload>> HostBackend::Prepare(
+    const DenseShape& shape, uint64_t seed) {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
-    throw std::invalid_argument("dense shape needs m, n, k >= 1");
+    return InvalidArgumentError("dense shape needs m, n, k >= 1");
   }
-  return std::make_unique<HostWorkload>(shape, seed, CopiesFor(shape), cancel_);
+  StatusOr<std::unique_ptr<HostWorkload>> workload =
+      HostWorkload::Make(shape, seed, CopiesFor(shape), cancel_);
+  if (!workload.ok()) return workload.status();
+  return std::unique_ptr<Workload>(std::move(*workload));
 }
 
-Comparison HostBackend::RunAndCompare(Workload& workload, const Execution& exec,
-                                      double atol, double rtol) {
-  HostWorkload& wl = AsHost(workload);
-  const HostKernel kernel(exec);
-  std::fill_n(wl.y(), wl.outputs(), kQuietNaN);
-  kernel.Run(wl.shape(), wl.x(), wl.w(), wl.y(), cancel_);
-  return CompareWithReference(wl.y(), wl.reference(), wl.outputs(), atol, rtol);
+StatusOr<Comparison> HostBackend::RunAndCompare(Workload& workload,
+                                                const Execution& exec,
+                                                double atol, double rtol) {
+  return RunAndCompareOn(workload, exec, /*exact=*/false, atol, rtol);
 }
 
-Comparison HostBackend::RunAndCompareExact(Workload& workload,
-                                           const Execution& exec) {
-  HostWorkload& wl = AsHost(workload);
-  const HostKernel kernel(exec);
-  std::fill_n(wl.y(), wl.outputs(), kQuietNaN);
-  kernel.Run(wl.shape(), wl.exact_x(), wl.exact_w(), wl.y(), cancel_);
-  return CompareWithReference(wl.y(), wl.exact_reference(), wl.outputs(), 0, 0);
+StatusOr<Comparison> HostBackend::RunAndCompareExact(Workload& workload,
+                                                     const Execution& exec) {
+  return RunAndCompareOn(workload, exec, /*exact=*/true, 0, 0);
 }
 
-double HostBackend::TimeSample(Workload& workload, const Execution& exec,
-                               int reps) {
-  HostWorkload& wl = AsHost(workload);
-  const HostKernel kernel(exec);
+StatusOr<Comparison> HostBackend::RunAndCompareOn(Workload& workload,
+                                                  const Execution& exec,
+                                                  bool exact, double atol,
+                                                  double rtol) {
+  StatusOr<HostWorkload*> wl = AsHost(workload);
+  if (!wl.ok()) return wl.status();
+  StatusOr<HostKernel> kernel = HostKernel::Make(exec);
+  if (!kernel.ok()) return kernel.status();
+  HostWorkload& w = **wl;
+  std::fill_n(w.y(), w.outputs(), kQuietNaN);
+  GPUTUNE_KERNELS_RETURN_IF_ERROR(
+      kernel->Run(w.shape(), exact ? w.exact_x() : w.x(),
+                  exact ? w.exact_w() : w.w(), w.y(), cancel_));
+  return CompareWithReference(w.y(),
+                              exact ? w.exact_reference() : w.reference(),
+                              w.outputs(), atol, rtol);
+}
+
+StatusOr<double> HostBackend::TimeSample(Workload& workload,
+                                         const Execution& exec, int reps) {
+  StatusOr<HostWorkload*> wl = AsHost(workload);
+  if (!wl.ok()) return wl.status();
+  StatusOr<HostKernel> kernel = HostKernel::Make(exec);
+  if (!kernel.ok()) return kernel.status();
+  HostWorkload& w = **wl;
   return MeanSecondsPerRun(reps, [&] {
-    const int copy = wl.NextCopy();
-    kernel.Run(wl.shape(), wl.x(copy), wl.w(copy), wl.y(), cancel_);
+    const int copy = w.NextCopy();
+    return kernel->Run(w.shape(), w.x(copy), w.w(copy), w.y(), cancel_);
   });
 }
 
-double MeanSecondsPerRun(int reps, const std::function<void()>& run) {
+StatusOr<double> MeanSecondsPerRun(int reps,
+                                   const std::function<Status()>& run) {
   reps = std::max(reps, 1);
   const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < reps; ++r) run();
+  for (int r = 0; r < reps; ++r) GPUTUNE_KERNELS_RETURN_IF_ERROR(run());
   const std::chrono::duration<double> elapsed =
       std::chrono::steady_clock::now() - start;
   return elapsed.count() / reps;
 }
 
-HostWorkload& HostBackend::AsHost(Workload& workload) {
+StatusOr<HostWorkload*> HostBackend::AsHost(Workload& workload) {
   auto* host = dynamic_cast<HostWorkload*>(&workload);
   if (host == nullptr) {
-    throw std::invalid_argument("not a workload of the host backend");
+    return InvalidArgumentError("not a workload of the host backend");
   }
-  return *host;
+  return host;
 }
 
 }  // namespace gputune::kernels

@@ -5,7 +5,9 @@
 //
 //   kernels::HostBackend host;
 //   kernels::TuneReport r = kernels::TuneDense(host, shape, options);
-//   kernels::RunHostExecution(r.chosen, shape, x, w, y);  // later, anywhere
+//   kernels::Status s =
+//       kernels::RunHostExecution(r.chosen, shape, x, w, y);  // later,
+//       anywhere
 #ifndef GPUTUNE_KERNELS_HOST_HOST_BACKEND_H_
 #define GPUTUNE_KERNELS_HOST_HOST_BACKEND_H_
 
@@ -20,6 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/bf16.h"
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -32,10 +35,13 @@ class HostWorkload final : public Workload {
  public:
   // Generates x and W from seed with FillUniformBf16 and computes the
   // reference (ReferenceDense), and the exact-check inputs and reference.
-  // shape must have m, n, k >= 1. Throws CancelledError when cancel (if not
-  // null) is set while the reference is computed.
-  HostWorkload(const DenseShape& shape, uint64_t seed, int copies,
-               const std::atomic<bool>* cancel = nullptr);
+  // kInvalidArgument unless shape has m, n, k >= 1 and copies >= 1;
+  // CancelledStatus() when cancel (if not null) is set while the inputs or
+  // the reference are computed; kResourceExhausted when they do not fit in
+  // memory.
+  static StatusOr<std::unique_ptr<HostWorkload>> Make(
+      const DenseShape& shape, uint64_t seed, int copies,
+      const std::atomic<bool>* cancel = nullptr);
 
   const DenseShape& shape() const { return shape_; }
   int copies() const { return copies_; }
@@ -56,6 +62,11 @@ class HostWorkload final : public Workload {
   int NextCopy();
 
  private:
+  HostWorkload(const DenseShape& shape, int copies)
+      : shape_(shape), copies_(copies) {}
+  // Make's work, which may throw std::bad_alloc.
+  Status Fill(uint64_t seed, const std::atomic<bool>* cancel);
+
   const DenseShape shape_;
   const int copies_;
   std::vector<Bf16> x_;  // copies_ * m * k
@@ -80,38 +91,45 @@ class HostBackend final : public Backend {
   Fingerprint GetFingerprint() const override;
   // host.naive (the default), host.unrolled, host.blocked, and host.threaded
   // when there is more than one hardware thread; the first max_candidates.
-  std::vector<Execution> Candidates(const DenseShape& shape,
-                                    int max_candidates) override;
-  // A HostWorkload. Throws std::invalid_argument for a dimension below 1,
-  // std::bad_alloc when the inputs do not fit in memory.
-  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
-                                    uint64_t seed) override;
+  StatusOr<std::vector<Execution>> Candidates(const DenseShape& shape,
+                                              int max_candidates) override;
+  // A HostWorkload (HostWorkload::Make, with its errors).
+  StatusOr<std::unique_ptr<Workload>> Prepare(const DenseShape& shape,
+                                              uint64_t seed) override;
   // Fills the output with NaN first, so an output a kernel forgets to write
   // shows up as non-finite.
-  Comparison RunAndCompare(Workload& workload, const Execution& exec,
-                           double atol, double rtol) override;
-  Comparison RunAndCompareExact(Workload& workload,
-                                const Execution& exec) override;
-  // Kernel runs and Prepare's reference stop with CancelledError once the
+  StatusOr<Comparison> RunAndCompare(Workload& workload, const Execution& exec,
+                                     double atol, double rtol) override;
+  StatusOr<Comparison> RunAndCompareExact(Workload& workload,
+                                          const Execution& exec) override;
+  // Kernel runs and Prepare's reference stop with CancelledStatus() once the
   // flag is set.
   void SetCancel(const std::atomic<bool>* cancel) override { cancel_ = cancel; }
   const std::atomic<bool>* cancel() const { return cancel_; }
   // Wall time (steady_clock) of reps runs over rotating input copies.
-  double TimeSample(Workload& workload, const Execution& exec,
-                    int reps) override;
+  StatusOr<double> TimeSample(Workload& workload, const Execution& exec,
+                              int reps) override;
 
-  // The HostWorkload behind a Workload from Prepare; throws
-  // std::invalid_argument for a workload of another backend.
-  static HostWorkload& AsHost(Workload& workload);
+  // The HostWorkload behind a Workload from Prepare, or kInvalidArgument for
+  // a workload of another backend.
+  static StatusOr<HostWorkload*> AsHost(Workload& workload);
 
  private:
+  // One run on the uniform (or exact-check) inputs, compared with their
+  // reference.
+  StatusOr<Comparison> RunAndCompareOn(Workload& workload,
+                                       const Execution& exec, bool exact,
+                                       double atol, double rtol);
+
   Fingerprint fingerprint_;  // constant after construction
   const std::atomic<bool>* cancel_ = nullptr;
 };
 
 // Mean wall time (steady_clock) of `reps` (at least 1) back-to-back calls of
-// run(): the timing loop of the host-side backends' TimeSample.
-double MeanSecondsPerRun(int reps, const std::function<void()>& run);
+// run(): the timing loop of the host-side backends' TimeSample. Stops at the
+// first run that fails and returns its status.
+StatusOr<double> MeanSecondsPerRun(int reps,
+                                   const std::function<Status()>& run);
 
 }  // namespace gputune::kernels
 

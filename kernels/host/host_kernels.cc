@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <initializer_list>
-#include <stdexcept>
+#include <new>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -14,6 +14,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/bf16.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 namespace {
@@ -24,20 +25,20 @@ struct ParamRule {
   int64_t max;
 };
 
-// The values of exactly the parameters in `rules`, in their order. Throws
-// std::invalid_argument naming the first parameter that is missing, unknown
-// or out of range.
-std::vector<int64_t> TakeParams(const Execution& exec,
-                                std::initializer_list<ParamRule> rules) {
+// The values of exactly the parameters in `rules`, in their order, or
+// kInvalidArgument naming the first parameter that is missing, unknown or out
+// of range.
+StatusOr<std::vector<int64_t>> TakeParams(
+    const Execution& exec, std::initializer_list<ParamRule> rules) {
   std::vector<int64_t> values;
   for (const ParamRule& rule : rules) {
     auto it = exec.params.find(rule.name);
     if (it == exec.params.end()) {
-      throw std::invalid_argument(exec.kernel + " needs parameter " +
+      return InvalidArgumentError(exec.kernel + " needs parameter " +
                                   rule.name);
     }
     if (it->second < rule.min || it->second > rule.max) {
-      throw std::invalid_argument(exec.kernel + " parameter " + rule.name +
+      return InvalidArgumentError(exec.kernel + " parameter " + rule.name +
                                   "=" + std::to_string(it->second) +
                                   " is outside [" + std::to_string(rule.min) +
                                   ", " + std::to_string(rule.max) + "]");
@@ -50,7 +51,7 @@ std::vector<int64_t> TakeParams(const Execution& exec,
           rules.begin(), rules.end(),
           [&](const ParamRule& rule) { return param.first == rule.name; });
       if (!known) {
-        throw std::invalid_argument(exec.kernel + " has no parameter " +
+        return InvalidArgumentError(exec.kernel + " has no parameter " +
                                     param.first);
       }
     }
@@ -67,10 +68,6 @@ using Cancel = const std::atomic<bool>*;
 
 inline bool IsCancelled(Cancel cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
-
-inline void ThrowIfCancelled(Cancel cancel) {
-  if (IsCancelled(cancel)) throw CancelledError();
 }
 
 inline float ToFloat(uint16_t b) { return Bf16ToFloat(b); }
@@ -97,11 +94,13 @@ float Dot(const T* a, const T* b, int64_t n) {
 
 // The untuned default: one accumulator, k in order. The serial dependency
 // on acc is what makes it slow (one add per FP-add latency).
-void Naive(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-           uint16_t* y, Cancel cancel) {
+Status Naive(const DenseShape& s, const uint16_t* x, const uint16_t* w,
+             uint16_t* y, Cancel cancel) {
   for (int64_t m = 0; m < s.m; ++m) {
     for (int64_t n = 0; n < s.n; ++n) {
-      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
+      if (n % kCancelStride == 0 && IsCancelled(cancel)) {
+        return CancelledStatus();
+      }
       float acc = 0;
       for (int64_t k = 0; k < s.k; ++k) {
         acc += Bf16ToFloat(x[m * s.k + k]) * Bf16ToFloat(w[n * s.k + k]);
@@ -109,25 +108,29 @@ void Naive(const DenseShape& s, const uint16_t* x, const uint16_t* w,
       y[m * s.n + n] = FloatToBf16(acc);
     }
   }
+  return OkStatus();
 }
 
 template <int U>
-void Unrolled(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-              uint16_t* y, Cancel cancel) {
+Status Unrolled(const DenseShape& s, const uint16_t* x, const uint16_t* w,
+                uint16_t* y, Cancel cancel) {
   for (int64_t m = 0; m < s.m; ++m) {
     for (int64_t n = 0; n < s.n; ++n) {
-      if (n % kCancelStride == 0) ThrowIfCancelled(cancel);
+      if (n % kCancelStride == 0 && IsCancelled(cancel)) {
+        return CancelledStatus();
+      }
       y[m * s.n + n] = FloatToBf16(Dot<U>(x + m * s.k, w + n * s.k, s.k));
     }
   }
+  return OkStatus();
 }
 
 // For each strip of tile_n columns and each K slice, converts the W slice to
 // fp32 once and reuses it for every row of x (converted per tile_m rows);
 // per-output sums live in acc[M][tile_n] across the K slices.
-void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-             uint16_t* y, int64_t tile_m, int64_t tile_n, int64_t tile_k,
-             Cancel cancel) {
+Status Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
+               uint16_t* y, int64_t tile_m, int64_t tile_n, int64_t tile_k,
+               Cancel cancel) {
   std::vector<float> xf(static_cast<size_t>(tile_m * tile_k));
   std::vector<float> wf(static_cast<size_t>(tile_n * tile_k));
   std::vector<float> acc(static_cast<size_t>(s.m * tile_n));
@@ -135,7 +138,7 @@ void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
     const int64_t nn = std::min(tile_n, s.n - n0);
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t k0 = 0; k0 < s.k; k0 += tile_k) {
-      ThrowIfCancelled(cancel);
+      if (IsCancelled(cancel)) return CancelledStatus();
       const int64_t kk = std::min(tile_k, s.k - k0);
       for (int64_t j = 0; j < nn; ++j) {
         const uint16_t* src = w + (n0 + j) * s.k + k0;
@@ -161,13 +164,14 @@ void Blocked(const DenseShape& s, const uint16_t* x, const uint16_t* w,
       }
     }
   }
+  return OkStatus();
 }
 
 // Tiles of `tile` output columns go to whichever thread asks next; each
 // output is Dot<8> of its row and column, so the result does not depend on
 // which thread computed it. The calling thread works too.
-void Threaded(const DenseShape& s, const uint16_t* x, const uint16_t* w,
-              uint16_t* y, int64_t threads, int64_t tile, Cancel cancel) {
+Status Threaded(const DenseShape& s, const uint16_t* x, const uint16_t* w,
+                uint16_t* y, int64_t threads, int64_t tile, Cancel cancel) {
   const int64_t tiles = (s.n + tile - 1) / tile;
   std::atomic<int64_t> next{0};
   std::atomic<bool> stopped{false};  // a worker left tiles undone
@@ -193,50 +197,69 @@ void Threaded(const DenseShape& s, const uint16_t* x, const uint16_t* w,
     for (int64_t i = 0; i < extra; ++i) helpers.emplace_back(work);
     work();
   }
-  if (stopped.load()) throw CancelledError();
+  return stopped.load() ? CancelledStatus() : OkStatus();
 }
 
 }  // namespace
 
-HostKernel::HostKernel(const Execution& exec) {
+StatusOr<HostKernel> HostKernel::Make(const Execution& exec) {
   if (exec.workspace_bytes != 0) {
-    throw std::invalid_argument(exec.kernel +
+    return InvalidArgumentError(exec.kernel +
                                 " takes no workspace, got workspace_bytes=" +
                                 std::to_string(exec.workspace_bytes));
   }
-  std::vector<int64_t> p;
+  HostKernel kernel;
+  StatusOr<std::vector<int64_t>> p = std::vector<int64_t>{};
   if (exec.kernel == "host.naive") {
-    family_ = Family::kNaive;
+    kernel.family_ = Family::kNaive;
     p = TakeParams(exec, {});
   } else if (exec.kernel == "host.unrolled") {
-    family_ = Family::kUnrolled;
+    kernel.family_ = Family::kUnrolled;
     p = TakeParams(exec, {{"unroll", 4, 16}});
-    if (p[0] != 4 && p[0] != 8 && p[0] != 16) {
-      throw std::invalid_argument("host.unrolled parameter unroll=" +
-                                  std::to_string(p[0]) + " is not 4, 8 or 16");
+    if (p.ok() && (*p)[0] != 4 && (*p)[0] != 8 && (*p)[0] != 16) {
+      return InvalidArgumentError(
+          "host.unrolled parameter unroll=" + std::to_string((*p)[0]) +
+          " is not 4, 8 or 16");
     }
   } else if (exec.kernel == "host.blocked") {
-    family_ = Family::kBlocked;
+    kernel.family_ = Family::kBlocked;
     p = TakeParams(exec,
                    {{"tile_m", 1, 64}, {"tile_n", 1, 64}, {"tile_k", 8, 4096}});
   } else if (exec.kernel == "host.threaded") {
-    family_ = Family::kThreaded;
+    kernel.family_ = Family::kThreaded;
     p = TakeParams(exec, {{"threads", 1, 256}, {"tile", 1, 65536}});
   } else {
-    throw std::invalid_argument("unknown host kernel \"" + exec.kernel + "\"");
+    return InvalidArgumentError("unknown host kernel \"" + exec.kernel + "\"");
   }
-  p.resize(3);
-  p0_ = p[0];
-  p1_ = p[1];
-  p2_ = p[2];
+  if (!p.ok()) return p.status();
+  p->resize(3);
+  kernel.p0_ = (*p)[0];
+  kernel.p1_ = (*p)[1];
+  kernel.p2_ = (*p)[2];
+  return kernel;
 }
 
-void HostKernel::Run(const DenseShape& shape, const uint16_t* x,
-                     const uint16_t* w, uint16_t* y,
-                     const std::atomic<bool>* cancel) const {
+Status HostKernel::Run(const DenseShape& shape, const uint16_t* x,
+                       const uint16_t* w, uint16_t* y,
+                       const std::atomic<bool>* cancel) const {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
-    throw std::invalid_argument("dense shape needs m, n, k >= 1");
+    return InvalidArgumentError("dense shape needs m, n, k >= 1");
   }
+  // What the standard library can throw here: std::bad_alloc for
+  // host.blocked's tiles, std::system_error when host.threaded cannot start
+  // a thread.
+  try {
+    return RunFamily(shape, x, w, y, cancel);
+  } catch (const std::bad_alloc& e) {
+    return ResourceExhaustedError(e.what());
+  } catch (...) {
+    return InternalError(CurrentExceptionMessage());
+  }
+}
+
+Status HostKernel::RunFamily(const DenseShape& shape, const uint16_t* x,
+                             const uint16_t* w, uint16_t* y,
+                             const std::atomic<bool>* cancel) const {
   switch (family_) {
     case Family::kNaive:
       return Naive(shape, x, w, y, cancel);
@@ -249,20 +272,18 @@ void HostKernel::Run(const DenseShape& shape, const uint16_t* x,
     case Family::kThreaded:
       return Threaded(shape, x, w, y, p0_, p1_, cancel);
   }
+  return InternalError("unknown host kernel family");
 }
 
-void RunHostExecution(const Execution& exec, const DenseShape& shape,
-                      const uint16_t* x, const uint16_t* w, uint16_t* y) {
-  HostKernel(exec).Run(shape, x, w, y);
+Status RunHostExecution(const Execution& exec, const DenseShape& shape,
+                        const uint16_t* x, const uint16_t* w, uint16_t* y) {
+  StatusOr<HostKernel> kernel = HostKernel::Make(exec);
+  if (!kernel.ok()) return kernel.status();
+  return kernel->Run(shape, x, w, y);
 }
 
-std::string HostExecutionError(const Execution& exec) {
-  try {
-    HostKernel kernel(exec);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
+Status ValidateHostExecution(const Execution& exec) {
+  return HostKernel::Make(exec).status();
 }
 
 }  // namespace gputune::kernels

@@ -1,7 +1,8 @@
 // The host (CPU) implementations of the dense bf16 op, one per kernel family.
 // HostBackend benchmarks them; the client library runs the chosen one:
 //
-//   kernels::RunHostExecution(entry_execution, shape, x, w, y);
+//   kernels::Status s = kernels::RunHostExecution(entry_execution, shape, x,
+//                                                 w, y);
 //
 // Families and their parameters (all required, no others accepted, so an
 // Execution names exactly one computation):
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "kernels/dense.h"
+#include "kernels/status.h"
 
 namespace gputune::kernels {
 
@@ -30,34 +32,40 @@ namespace gputune::kernels {
 // client's memoised choice). Immutable; Run may be called from any thread.
 class HostKernel {
  public:
-  // Throws std::invalid_argument when exec is not a host family, or a
+  // The kernel, or kInvalidArgument when exec is not a host family, or a
   // parameter is missing, unknown or out of range, or workspace_bytes is not
   // zero (host kernels need none).
-  explicit HostKernel(const Execution& exec);
+  static StatusOr<HostKernel> Make(const Execution& exec);
 
   // y[m][n] = bf16(sum_k x[m][k] * w[n][k]) for row-major, densely packed
-  // x[M][K], w[N][K], y[M][N] (bf16 bit patterns). Throws
-  // std::invalid_argument when a dimension of shape is below 1, and
-  // std::system_error when host.threaded cannot start a thread. When cancel
-  // is not null it is checked every 64 outputs (or K slice), and once it is
-  // set Run throws CancelledError (backend.h), leaving y partly written.
-  void Run(const DenseShape& shape, const uint16_t* x, const uint16_t* w,
-           uint16_t* y, const std::atomic<bool>* cancel = nullptr) const;
+  // x[M][K], w[N][K], y[M][N] (bf16 bit patterns). kInvalidArgument when a
+  // dimension of shape is below 1, kResourceExhausted when host.blocked's
+  // tiles do not fit in memory, kInternal when host.threaded cannot start a
+  // thread. When cancel is not null it is checked every 64 outputs (or K
+  // slice), and once it is set Run returns CancelledStatus() (backend.h),
+  // leaving y partly written.
+  Status Run(const DenseShape& shape, const uint16_t* x, const uint16_t* w,
+             uint16_t* y, const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   enum class Family { kNaive, kUnrolled, kBlocked, kThreaded };
-  Family family_;
+  HostKernel() = default;
+  Status RunFamily(const DenseShape& shape, const uint16_t* x,
+                   const uint16_t* w, uint16_t* y,
+                   const std::atomic<bool>* cancel) const;
+
+  Family family_ = Family::kNaive;
   int64_t p0_ = 0;  // unroll | tile_m | threads
   int64_t p1_ = 0;  // tile_n | tile
   int64_t p2_ = 0;  // tile_k
 };
 
-// HostKernel(exec).Run(shape, x, w, y), with its exceptions.
-void RunHostExecution(const Execution& exec, const DenseShape& shape,
-                      const uint16_t* x, const uint16_t* w, uint16_t* y);
+// HostKernel::Make(exec) and Run(shape, x, w, y), with their errors.
+Status RunHostExecution(const Execution& exec, const DenseShape& shape,
+                        const uint16_t* x, const uint16_t* w, uint16_t* y);
 
-// Empty when HostKernel accepts exec, else the reason it would throw.
-std::string HostExecutionError(const Execution& exec);
+// OK when HostKernel::Make accepts exec, else its error.
+Status ValidateHostExecution(const Execution& exec);
 
 }  // namespace gputune::kernels
 

@@ -32,6 +32,7 @@ namespace {
 
 using testing::CopyToHost;
 using testing::MakeBackend;
+using testing::Must;
 using testing::ShapeName;
 
 // Decode and prefill M; K x N with and without tails (K % 256, N % 64 and
@@ -87,7 +88,7 @@ TEST_CASE(
   for (const DenseShape shape : {DenseShape{.m = 3, .n = 70, .k = 520},
                                  DenseShape{.m = 65, .n = 129, .k = 33}}) {
     INFO(ShapeName(shape));
-    auto workload = backend->Prepare(shape, 42);
+    auto workload = Must(backend->Prepare(shape, 42));
     const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
     const std::vector<Bf16> x = CopyToHost<Bf16>(wl.x(), shape.m * shape.k);
     const std::vector<Bf16> w = CopyToHost<Bf16>(wl.w(), shape.n * shape.k);
@@ -99,7 +100,8 @@ TEST_CASE(
 
     const std::vector<float> ref =
         CopyToHost<float>(wl.reference(), shape.m * shape.n);
-    const std::vector<float> exact = ReferenceDense(shape, x.data(), w.data());
+    const std::vector<float> exact =
+        Must(ReferenceDense(shape, x.data(), w.data()));
     double worst = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
       worst = std::max(worst, std::abs(static_cast<double>(ref[i]) - exact[i]) /
@@ -114,7 +116,8 @@ TEST_CASE(
     "are offered for decode") {
   GPUTUNE_SKIP_WITHOUT_GPU();
   auto backend = MakeBackend();
-  const auto decode = backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 16);
+  const auto decode =
+      Must(backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 16));
   REQUIRE(decode.size() >= 2);
   CHECK(decode.front().kernel == kCublasLtDefaultKernel);
   CHECK(std::any_of(decode.begin(), decode.end(), [](const Execution& e) {
@@ -126,11 +129,12 @@ TEST_CASE(
     }));
   }
   const auto prefill =
-      backend->Candidates({.m = 128, .n = 4096, .k = 4096}, 16);
+      Must(backend->Candidates({.m = 128, .n = 4096, .k = 4096}, 16));
   CHECK(std::none_of(prefill.begin(), prefill.end(), [](const Execution& e) {
     return e.kernel == kGemvSplitKKernel || e.kernel == kMmaSkinnyKernel;
   }));
-  CHECK(backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 1).size() == 1);
+  CHECK(Must(backend->Candidates({.m = 4, .n = 4096, .k = 4096}, 1)).size() ==
+        1);
   for (const auto& e : decode) CHECK(e.workspace_bytes <= 32u << 20);
 }
 
@@ -150,7 +154,7 @@ TEST_CASE(
     for (const DenseShape shape : {DenseShape{.m = m, .n = 1000, .k = 1024},
                                    DenseShape{.m = m, .n = 4096, .k = 14336}}) {
       INFO(ShapeName(shape));
-      auto workload = backend->Prepare(shape, 0x3a3a + m);
+      auto workload = Must(backend->Prepare(shape, 0x3a3a + m));
       const auto all = MmaSkinnyCandidates(shape, backend->sm_count(), 8);
       REQUIRE_FALSE(all.empty());
       for (const auto& params : all) {
@@ -158,10 +162,11 @@ TEST_CASE(
         INFO(exec.ToString());
         const Tolerance tol = ToleranceFor(shape.k);
         const Comparison c =
-            backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+            Must(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol));
         CHECK(c.mismatches == 0);
         CHECK(c.non_finite == 0);
-        const Comparison exact = backend->RunAndCompareExact(*workload, exec);
+        const Comparison exact =
+            Must(backend->RunAndCompareExact(*workload, exec));
         CHECK(exact.mismatches == 0);
         CHECK(exact.non_finite == 0);
       }
@@ -174,23 +179,24 @@ TEST_CASE("every candidate validates on the shape table") {
   auto backend = MakeBackend();
   for (const DenseShape& shape : ShapeTable()) {
     INFO(ShapeName(shape));
-    const auto candidates = backend->Candidates(shape, 32);
+    const auto candidates = Must(backend->Candidates(shape, 32));
     REQUIRE_FALSE(candidates.empty());
-    auto workload = backend->Prepare(shape, 0x5eed);
+    auto workload = Must(backend->Prepare(shape, 0x5eed));
     for (const Execution& exec : candidates) {
       INFO(exec.ToString());
       const Tolerance tol = ToleranceFor(shape.k, backend->Bf16Partials(exec));
       const Comparison c =
-          backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+          Must(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol));
       CHECK(c.non_finite == 0);
       CHECK(c.mismatches == 0);
       // Exact on the integer inputs: split-K algos included, whatever they
       // reduce in.
-      const Comparison exact = backend->RunAndCompareExact(*workload, exec);
+      const Comparison exact =
+          Must(backend->RunAndCompareExact(*workload, exec));
       CHECK(exact.non_finite == 0);
       CHECK(exact.mismatches == 0);
       // Timing goes through the same launch path with rotated inputs.
-      CHECK(backend->TimeSample(*workload, exec, 3) > 0);
+      CHECK(Must(backend->TimeSample(*workload, exec, 3)) > 0);
     }
   }
 }
@@ -221,7 +227,7 @@ TEST_CASE(
   int mismatches = 0;
   for (const DenseShape& shape : ShapeTable()) {
     INFO(ShapeName(shape));
-    const auto candidates = backend->Candidates(shape, 32);
+    const auto candidates = Must(backend->Candidates(shape, 32));
     const auto& rebuilds = backend->heuristic_rebuilds();
     REQUIRE_FALSE(rebuilds.empty());
     const auto notes = backend->CandidateNotes();
@@ -234,13 +240,9 @@ TEST_CASE(
     // The default first, resolved as DenseRunner resolves it.
     REQUIRE(candidates.front().kernel == kCublasLtDefaultKernel);
     auto problem = std::make_shared<const CublasLtDense>(shape);
-    std::string error;
-    auto replayed = DensePlan::Make(lt, problem, candidates.front(), &error);
-    INFO(error);
-    REQUIRE(replayed != nullptr);
-    auto dflt = DensePlan::Default(
-        lt, problem, candidates.front().workspace_bytes, 256, &error);
-    REQUIRE(dflt != nullptr);
+    auto replayed = Must(DensePlan::Make(lt, problem, candidates.front()));
+    auto dflt = Must(DensePlan::Default(
+        lt, problem, candidates.front().workspace_bytes, 256));
     CHECK(std::memcmp(&replayed->lt_algo(), &dflt->lt_algo(),
                       sizeof(cublasLtMatmulAlgo_t)) == 0);
     for (const HeuristicRebuild& r : rebuilds) {
@@ -259,7 +261,10 @@ TEST_CASE(
     for (size_t i = 1; i < candidates.size(); ++i) {
       if (candidates[i].kernel != kCublasLtKernel) continue;
       INFO(candidates[i].ToString());
-      CHECK(DensePlan::Make(lt, problem, candidates[i], &error) != nullptr);
+      const Status planned =
+          DensePlan::Make(lt, problem, candidates[i]).status();
+      INFO(planned.message());
+      CHECK(planned.ok());
     }
     for (const std::string& note : notes) WARN(note);
   }
@@ -273,11 +278,11 @@ TEST_CASE(
   GPUTUNE_SKIP_WITHOUT_GPU();
   auto backend = MakeBackend();
   const DenseShape shape{.m = 1, .n = 4096, .k = 4096};
-  auto workload = backend->Prepare(shape, 3);
-  for (const Execution& exec : backend->Candidates(shape, 8)) {
+  auto workload = Must(backend->Prepare(shape, 3));
+  for (const Execution& exec : Must(backend->Candidates(shape, 8))) {
     INFO(exec.ToString());
     for (int i = 0; i < 3; ++i) {
-      CHECK(backend->TimeSample(*workload, exec, 2) > 0);
+      CHECK(Must(backend->TimeSample(*workload, exec, 2)) > 0);
       // cudaEventQuery's cudaErrorNotReady must not be left pending.
       CHECK(cudaPeekAtLastError() == cudaSuccess);
     }
@@ -285,8 +290,8 @@ TEST_CASE(
   TuneOptions tune;
   tune.budget_seconds = 0.5;
   const TuneReport report = TuneDense(*backend, shape, tune);
-  INFO(report.error);
-  REQUIRE(report.ok);
+  INFO(report.status.message());
+  REQUIRE(report.status.ok());
   for (const CandidateReport& c : report.candidates) {
     INFO(c.execution.ToString() << ": " << c.error);
     CHECK(c.error.find("timing failed") == std::string::npos);
@@ -302,15 +307,15 @@ TEST_CASE("the L2 scrub keeps W from being served out of L2") {
   auto backend = MakeBackend();
   // 32 MiB of W: fits the H100/H200 L2, so without the scrub part of it can.
   const DenseShape shape{.m = 1, .n = 4096, .k = 4096};
-  auto workload = backend->Prepare(shape, 3);
+  auto workload = Must(backend->Prepare(shape, 3));
   const Execution gemv = ToExecution(GemvSplitKParams{}, shape);
-  const Execution lt = backend->Candidates(shape, 1).front();
+  const Execution lt = Must(backend->Candidates(shape, 1)).front();
   auto median = [&](bool scrub) {
     backend->set_scrub(scrub ? L2Scrub::kRead : L2Scrub::kNone);
     std::vector<double> samples;
     for (int i = 0; i < 15; ++i) {
-      backend->TimeSample(*workload, lt, 1);  // normal-priority W lines
-      samples.push_back(backend->TimeSample(*workload, gemv, 4));
+      Must(backend->TimeSample(*workload, lt, 1));  // normal-priority W lines
+      samples.push_back(Must(backend->TimeSample(*workload, gemv, 4)));
     }
     std::sort(samples.begin(), samples.end());
     return samples[samples.size() / 2];
@@ -330,10 +335,11 @@ TEST_CASE("the L2 scrub keeps W from being served out of L2") {
 // output element with 3.5e9 (bf16 0x4F4F), far outside any tolerance.
 ExtraKernel WrongKernel(DenseRunner& runner) {
   return {"gputune.test_wrong", [&runner](const DenseLaunch& l) {
-            const DenseRunResult r =
+            const StatusOr<DenseRunResult> r =
                 runner.Run(Execution{}, l.shape, l.x, l.w, l.y, l.stream,
                            l.workspace, l.workspace_bytes);
-            if (!r.ok) throw std::runtime_error(r.message);
+            // An extra kernel reports by throwing: the backend converts.
+            if (!r.ok()) throw std::runtime_error(r.status().message());
             const int64_t middle = l.shape.m * l.shape.n / 2;
             CheckCuda(cudaMemsetAsync(static_cast<char*>(l.y) + 2 * middle,
                                       0x4F, 2, l.stream),
@@ -345,25 +351,23 @@ TEST_CASE(
     "a candidate with one wrong output element is rejected and never "
     "chosen") {
   GPUTUNE_SKIP_WITHOUT_GPU();
-  std::string error;
-  auto runner = DenseRunner::Create(&error);
-  REQUIRE(runner != nullptr);
+  auto runner = Must(DenseRunner::Create());
   CudaBackendOptions options;
   options.extra_kernels.push_back(WrongKernel(*runner));
   auto backend = MakeBackend(options);
   const DenseShape shape{.m = 4, .n = 1024, .k = 4096};
 
-  auto workload = backend->Prepare(shape, 1);
+  auto workload = Must(backend->Prepare(shape, 1));
   const Tolerance tol = ToleranceFor(shape.k);
-  const Comparison c = backend->RunAndCompare(
-      *workload, Execution{"gputune.test_wrong", {}, 0}, tol.atol, tol.rtol);
+  const Comparison c = Must(backend->RunAndCompare(
+      *workload, Execution{"gputune.test_wrong", {}, 0}, tol.atol, tol.rtol));
   CHECK(c.mismatches == 1);
   CHECK(c.non_finite == 0);
 
   TuneOptions tune;
   tune.budget_seconds = 0.3;
   const TuneReport report = TuneDense(*backend, shape, tune);
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.chosen.kernel != "gputune.test_wrong");
   bool seen = false;
   for (const CandidateReport& cand : report.candidates) {
@@ -383,29 +387,32 @@ TEST_CASE("a candidate that leaves outputs unwritten is caught by the poison") {
       {"gputune.test_lazy", [](const DenseLaunch&) {}});
   auto backend = MakeBackend(options);
   const DenseShape shape{.m = 2, .n = 256, .k = 512};
-  auto workload = backend->Prepare(shape, 1);
-  const Comparison c = backend->RunAndCompare(
-      *workload, Execution{"gputune.test_lazy", {}, 0}, 1.0, 0.0);
+  auto workload = Must(backend->Prepare(shape, 1));
+  const Comparison c = Must(backend->RunAndCompare(
+      *workload, Execution{"gputune.test_lazy", {}, 0}, 1.0, 0.0));
   CHECK(c.non_finite == shape.m * shape.n);
 }
 
-TEST_CASE("an execution the backend cannot run throws with the reason") {
+TEST_CASE("an execution the backend cannot run fails with the reason") {
   GPUTUNE_SKIP_WITHOUT_GPU();
   auto backend = MakeBackend();
   const DenseShape shape{.m = 4, .n = 1024, .k = 1024};
-  auto workload = backend->Prepare(shape, 1);
+  auto workload = Must(backend->Prepare(shape, 1));
   Execution bad = ToExecution(GemvSplitKParams{.m_tile = 4}, shape);
   bad.params["rows_per_warp"] = 3;
-  CHECK_THROWS_WITH(backend->RunAndCompare(*workload, bad, 1, 0),
-                    Catch::Contains("rows_per_warp=3"));
-  CHECK_THROWS_WITH(backend->TimeSample(*workload, bad, 1),
-                    Catch::Contains("rows_per_warp=3"));
+  CHECK_THAT(backend->RunAndCompare(*workload, bad, 1, 0).status().message(),
+             Catch::Contains("rows_per_warp=3"));
+  CHECK_THAT(backend->TimeSample(*workload, bad, 1).status().message(),
+             Catch::Contains("rows_per_warp=3"));
   Execution bogus = ToExecution(LtAlgoConfig{.algo_id = 1 << 30}, 0);
-  CHECK_THROWS_WITH(backend->RunAndCompare(*workload, bogus, 1, 0),
-                    Catch::Contains("cublasLtMatmulAlgo"));
-  CHECK_THROWS_WITH(backend->RunAndCompare(
-                        *workload, Execution{"no.such.kernel", {}, 0}, 1, 0),
-                    Catch::Contains("unknown kernel"));
+  CHECK_THAT(backend->RunAndCompare(*workload, bogus, 1, 0).status().message(),
+             Catch::Contains("cublasLtMatmulAlgo"));
+  CHECK_THAT(
+      backend
+          ->RunAndCompare(*workload, Execution{"no.such.kernel", {}, 0}, 1, 0)
+          .status()
+          .message(),
+      Catch::Contains("unknown kernel"));
 }
 
 }  // namespace
@@ -439,14 +446,14 @@ TEST_CASE("gputune's own kernels over the shape table [memcheck]",
     }
     if (own.empty()) continue;
     INFO(ShapeName(shape));
-    auto workload = backend->Prepare(shape, 0x5eed);
+    auto workload = Must(backend->Prepare(shape, 0x5eed));
     for (const Execution& exec : own) {
       INFO(exec.ToString());
       const Tolerance tol = ToleranceFor(shape.k);
-      CHECK(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol)
+      CHECK(Must(backend->RunAndCompare(*workload, exec, tol.atol, tol.rtol))
                 .mismatches == 0);
-      CHECK(backend->RunAndCompareExact(*workload, exec).mismatches == 0);
-      if (!timed) CHECK(backend->TimeSample(*workload, exec, 2) > 0);
+      CHECK(Must(backend->RunAndCompareExact(*workload, exec)).mismatches == 0);
+      if (!timed) CHECK(Must(backend->TimeSample(*workload, exec, 2)) > 0);
       timed = true;
     }
   }

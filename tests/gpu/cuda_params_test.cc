@@ -1,10 +1,14 @@
 // What the CUDA backend does without a device: Create fails with CUDA's own
-// error, and executions round-trip between params and typed configs. Runs on
-// every machine.
+// error, so does the module's open call across its C boundary, and
+// executions round-trip between params and typed configs. Runs on every
+// machine.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,6 +22,7 @@
 #include "kernels/cuda/dense_plan.h"
 #include "kernels/cuda/gemv_splitk.h"
 #include "kernels/cuda/mma_skinny.h"
+#include "kernels/cuda/module_api.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/dense.h"
 #include "tests/gpu/gpu_test_support.h"
@@ -27,17 +32,19 @@ namespace gputune::kernels {
 namespace {
 
 using testing::HasCudaDevice;
+using testing::Must;
 
 TEST_CASE(
-    "CudaBackend::Create without a usable device returns null and "
-    "names the CUDA error") {
+    "CudaBackend::Create without a usable device fails and names the CUDA "
+    "error") {
   std::string error;
   if (!HasCudaDevice()) {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     cudaGetLastError();
-    auto backend = CudaBackend::Create({}, &error);
-    CHECK(backend == nullptr);
+    auto backend = CudaBackend::Create({});
+    CHECK_FALSE(backend.ok());
+    error = backend.status().message();
     INFO(error);
     if (status != cudaSuccess) {
       CHECK(error ==
@@ -52,10 +59,54 @@ TEST_CASE(
        {"99", "GPU-00000000-0000-0000-0000-000000000000"}) {
     CudaBackendOptions options;
     options.device = device;
-    CHECK(CudaBackend::Create(options, &error) == nullptr);
+    const auto backend = CudaBackend::Create(options);
+    CHECK_FALSE(backend.ok());
+    error = backend.status().message();
     CHECK(error.find(device) != std::string::npos);
   }
   CHECK(error.find("no CUDA device has UUID") != std::string::npos);
+}
+
+TEST_CASE(
+    "the CUDA module's open call returns a status code and message, never "
+    "an exception") {
+  // As gputuned loads it (daemon/backend_factory.cc).
+  void* module = dlopen(GPUTUNE_CUDA_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
+  INFO((module == nullptr ? dlerror() : GPUTUNE_CUDA_MODULE_PATH));
+  REQUIRE(module != nullptr);
+  auto abi =
+      reinterpret_cast<CudaModuleAbiFn>(dlsym(module, kCudaModuleAbiSymbol));
+  auto open =
+      reinterpret_cast<CudaModuleOpenFn>(dlsym(module, kCudaModuleOpenSymbol));
+  REQUIRE(abi != nullptr);
+  REQUIRE(open != nullptr);
+  CHECK(abi() == kCudaModuleAbi);
+
+  // A device that exists nowhere fails on every machine: with a GPU on the
+  // device option, without one on cudaGetDeviceCount.
+  CudaModuleOptions options;
+  options.device = "GPU-00000000-0000-0000-0000-000000000000";
+  options.heuristic_candidates = kDefaultHeuristicCandidates;
+  options.workspace_limit_bytes = 32u << 20;
+  Backend* backend = reinterpret_cast<Backend*>(&options);  // must be reset
+  char message[kCudaModuleMessageBytes];
+  const int code = open(&options, &backend, message, sizeof(message));
+  CHECK(code != static_cast<int>(StatusCode::kOk));
+  CHECK(backend == nullptr);
+  INFO(message);
+  if (HasCudaDevice()) {
+    CHECK(std::string(message).find(options.device) != std::string::npos);
+  } else {
+    CHECK(std::string(message).rfind("cudaGetDeviceCount", 0) == 0);
+  }
+
+  // A buffer too small for the message gets as much as fits, terminated.
+  char tiny[8];
+  std::fill(std::begin(tiny), std::end(tiny), 'x');
+  CHECK(open(&options, &backend, tiny, sizeof(tiny)) == code);
+  CHECK(std::string(tiny) == std::string(message).substr(0, 7));
+  // The module stays loaded, as in gputuned: the CUDA runtime is not meant
+  // to be unloaded.
 }
 
 // A pending error that belongs to someone else (the application, or an
@@ -133,7 +184,7 @@ TEST_CASE(
 
   LtAlgoConfig back;
   std::string error;
-  REQUIRE(LtAlgoConfigFromExecution(*parsed, &back, &error));
+  back = Must(LtAlgoConfigFromExecution(*parsed));
   CHECK(back == config);
 }
 
@@ -159,15 +210,16 @@ TEST_CASE(
   }
   LtAlgoConfig back;
   std::string error;
-  REQUIRE(LtAlgoConfigFromExecution(through_proto, &back, &error));
+  back = Must(LtAlgoConfigFromExecution(through_proto));
   CHECK(back == config);
   // A plain uint32 value (an in-process Execution) reads back too.
   Execution plain = exec;
   plain.params["tile"] = 0xFFFFFFF0ll;
-  REQUIRE(LtAlgoConfigFromExecution(plain, &back, &error));
+  back = Must(LtAlgoConfigFromExecution(plain));
   CHECK(back.tile == 0xFFFFFFF0u);
   plain.params["tile"] = 0x100000000ll;
-  CHECK_FALSE(LtAlgoConfigFromExecution(plain, &back, &error));
+  error = LtAlgoConfigFromExecution(plain).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("tile") != std::string::npos);
 }
 
@@ -235,22 +287,26 @@ TEST_CASE(
 
   Execution missing = good;
   missing.params.erase("stages");
-  CHECK_FALSE(LtAlgoConfigFromExecution(missing, &config, &error));
+  error = LtAlgoConfigFromExecution(missing).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("stages") != std::string::npos);
 
   Execution unknown = good;
   unknown.params["heuristic_index"] = 0;
-  CHECK_FALSE(LtAlgoConfigFromExecution(unknown, &config, &error));
+  error = LtAlgoConfigFromExecution(unknown).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("heuristic_index") != std::string::npos);
 
   Execution range = good;
   range.params["inner_shape"] = 70000;  // a uint16_t attribute
-  CHECK_FALSE(LtAlgoConfigFromExecution(range, &config, &error));
+  error = LtAlgoConfigFromExecution(range).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("inner_shape") != std::string::npos);
 
   Execution other = good;
   other.kernel = "gputune.gemv_splitk";
-  CHECK_FALSE(LtAlgoConfigFromExecution(other, &config, &error));
+  error = LtAlgoConfigFromExecution(other).status().message();
+  CHECK_FALSE(error.empty());
 }
 
 TEST_CASE(
@@ -270,7 +326,7 @@ TEST_CASE(
         INFO(exec.ToString());
         GemvSplitKParams back;
         std::string error;
-        REQUIRE(GemvSplitKParamsFromExecution(exec, shape, &back, &error));
+        back = Must(GemvSplitKParamsFromExecution(exec, shape));
         CHECK(back == candidates[i]);
         CHECK(back.m_tile >= m);  // W is read once per call
         const int64_t partials =
@@ -292,25 +348,30 @@ TEST_CASE("gemv_splitk params the kernel cannot run are refused by name") {
   const Execution good = ToExecution(GemvSplitKParams{.m_tile = 4}, shape);
   GemvSplitKParams params;
   std::string error;
-  REQUIRE(GemvSplitKParamsFromExecution(good, shape, &params, &error));
+  params = Must(GemvSplitKParamsFromExecution(good, shape));
 
   Execution rows = good;
   rows.params["rows_per_warp"] = 3;
-  CHECK_FALSE(GemvSplitKParamsFromExecution(rows, shape, &params, &error));
+  error = GemvSplitKParamsFromExecution(rows, shape).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("rows_per_warp=3") != std::string::npos);
 
   Execution vec = good;
   vec.params["vec"] = 4;
-  CHECK_FALSE(GemvSplitKParamsFromExecution(vec, shape, &params, &error));
+  error = GemvSplitKParamsFromExecution(vec, shape).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("vec") != std::string::npos);
 
   Execution too_many = good;
   too_many.params["m_tile"] = 16;
   too_many.params["rows_per_warp"] = 4;
-  CHECK_FALSE(GemvSplitKParamsFromExecution(too_many, shape, &params, &error));
+  error = GemvSplitKParamsFromExecution(too_many, shape).status().message();
+  CHECK_FALSE(error.empty());
 
-  CHECK_FALSE(GemvSplitKParamsFromExecution(
-      good, {.m = 4, .n = 4096, .k = 4095}, &params, &error));
+  error = GemvSplitKParamsFromExecution(good, {.m = 4, .n = 4096, .k = 4095})
+              .status()
+              .message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("K % 8") != std::string::npos);
 }
 
@@ -345,7 +406,7 @@ TEST_CASE(
         INFO(exec.ToString());
         MmaSkinnyParams back;
         std::string error;
-        REQUIRE(MmaSkinnyParamsFromExecution(exec, shape, &back, &error));
+        back = Must(MmaSkinnyParamsFromExecution(exec, shape));
         CHECK(back == candidates[i]);
         CHECK(MmaSkinnyChunks(back, shape) == back.split_k);
         split = split || back.split_k > 1;
@@ -379,7 +440,7 @@ TEST_CASE("mma_skinny params it cannot run are refused by name") {
   const Execution good = ToExecution(MmaSkinnyParams{}, shape);
   MmaSkinnyParams params;
   std::string error;
-  REQUIRE(MmaSkinnyParamsFromExecution(good, shape, &params, &error));
+  params = Must(MmaSkinnyParamsFromExecution(good, shape));
   CHECK(params == MmaSkinnyParams{});
 
   for (const auto& [name, value] :
@@ -393,30 +454,37 @@ TEST_CASE("mma_skinny params it cannot run are refused by name") {
     INFO(name << "=" << value);
     Execution bad = good;
     bad.params[name] = value;
-    CHECK_FALSE(MmaSkinnyParamsFromExecution(bad, shape, &params, &error));
+    error = MmaSkinnyParamsFromExecution(bad, shape).status().message();
+    CHECK_FALSE(error.empty());
     CHECK(error.find(name) != std::string::npos);
   }
   Execution unknown = good;
   unknown.params["stages"] = 2;
-  CHECK_FALSE(MmaSkinnyParamsFromExecution(unknown, shape, &params, &error));
+  error = MmaSkinnyParamsFromExecution(unknown, shape).status().message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("stages") != std::string::npos);
 
-  CHECK_FALSE(MmaSkinnyParamsFromExecution(
-      good, {.m = 17, .n = 4096, .k = 4096}, &params, &error));
+  error = MmaSkinnyParamsFromExecution(good, {.m = 17, .n = 4096, .k = 4096})
+              .status()
+              .message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("M=17") != std::string::npos);
-  CHECK_FALSE(MmaSkinnyParamsFromExecution(good, {.m = 4, .n = 4096, .k = 4104},
-                                           &params, &error));
+  error = MmaSkinnyParamsFromExecution(good, {.m = 4, .n = 4096, .k = 4104})
+              .status()
+              .message();
+  CHECK_FALSE(error.empty());
   CHECK(error.find("K % 64") != std::string::npos);
   Execution other = good;
   other.kernel = kGemvSplitKKernel;
-  CHECK_FALSE(MmaSkinnyParamsFromExecution(other, shape, &params, &error));
+  error = MmaSkinnyParamsFromExecution(other, shape).status().message();
+  CHECK_FALSE(error.empty());
 }
 
 TEST_CASE(
     "an mma_skinny entry resolves to a plan that says what a launch "
     "needs") {
   // The DenseRunner path up to the launch: DensePlan::Make from the entry's
-  // execution, then CannotLaunch on the client's buffers.
+  // execution, then CheckLaunchable on the client's buffers.
   const DenseShape shape{.m = 8, .n = 4096, .k = 4096};
   const MmaSkinnyParams split{.row_tiles = 2, .warps = 4, .split_k = 4};
   const Execution exec = ToExecution(split, shape);
@@ -427,31 +495,34 @@ TEST_CASE(
     WARN("skipped: cuBLASLt descriptors need a device here: " << e.what());
     return;
   }
-  std::string error;
-  auto plan = DensePlan::Make(nullptr, problem, exec, &error);
-  INFO(error);
-  REQUIRE(plan != nullptr);
+  auto plan = Must(DensePlan::Make(nullptr, problem, exec));
   CHECK(plan->workspace_bytes() == 4u * 8 * 4096 * 4);
   CHECK(plan->min_alignment() == 16);
   alignas(256) static char buffers[1024];
-  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512,
-                           plan->workspace_bytes())
-            .empty());
-  CHECK(plan->CannotLaunch(buffers, buffers + 256, buffers + 512, 1024)
-            .find("workspace too small") != std::string::npos);
-  CHECK(plan->CannotLaunch(buffers + 8, buffers + 256, buffers + 512,
-                           plan->workspace_bytes())
+  CHECK(plan->CheckLaunchable(buffers, buffers + 256, buffers + 512,
+                              plan->workspace_bytes())
+            .ok());
+  const Status small =
+      plan->CheckLaunchable(buffers, buffers + 256, buffers + 512, 1024);
+  CHECK(small.code() == StatusCode::kFailedPrecondition);
+  CHECK(small.message().find("workspace too small") != std::string::npos);
+  CHECK(plan->CheckLaunchable(buffers + 8, buffers + 256, buffers + 512,
+                              plan->workspace_bytes())
+            .message()
             .find("16-byte aligned") != std::string::npos);
 
   Execution bad = exec;
   bad.params["row_tiles"] = 3;
-  CHECK(DensePlan::Make(nullptr, problem, bad, &error) == nullptr);
-  CHECK(error.find("row_tiles=3") != std::string::npos);
+  const Status refused = DensePlan::Make(nullptr, problem, bad).status();
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message().find("row_tiles=3") != std::string::npos);
   CHECK(DensePlan::Make(nullptr,
                         std::make_shared<const CublasLtDense>(
                             DenseShape{.m = 32, .n = 4096, .k = 4096}),
-                        exec, &error) == nullptr);
-  CHECK(error.find("M=32") != std::string::npos);
+                        exec)
+            .status()
+            .message()
+            .find("M=32") != std::string::npos);
 }
 
 }  // namespace

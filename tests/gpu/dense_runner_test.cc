@@ -24,6 +24,7 @@ namespace {
 
 using testing::CopyToHost;
 using testing::MakeBackend;
+using testing::Must;
 using testing::ShapeName;
 
 constexpr size_t kWorkspace = 32u << 20;
@@ -32,17 +33,15 @@ constexpr size_t kWorkspace = 32u << 20;
 class Client {
  public:
   Client() {
-    std::string error;
-    runner_ = DenseRunner::Create(&error);
-    INFO(error);
-    REQUIRE(runner_ != nullptr);
+    runner_ = Must(DenseRunner::Create());
     CheckCuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
   }
   ~Client() { cudaStreamDestroy(stream_); }
 
   // Runs exec on the workload's inputs into a fresh output; returns it.
   std::vector<Bf16> Run(const Execution& exec, const CudaWorkload& wl,
-                        DenseRunResult* result, size_t workspace = kWorkspace) {
+                        StatusOr<DenseRunResult>* result,
+                        size_t workspace = kWorkspace) {
     const int64_t count = wl.shape().m * wl.shape().n;
     DeviceBuffer y(count * sizeof(Bf16));
     CheckCuda(cudaMemset(y.get(), 0xFF, y.size()), "cudaMemset");
@@ -67,7 +66,7 @@ std::vector<Bf16> DaemonOutput(CudaBackend& backend, Workload& workload,
   const auto& wl = dynamic_cast<const CudaWorkload&>(workload);
   const Tolerance tol = ToleranceFor(wl.shape().k, backend.Bf16Partials(exec));
   const Comparison c =
-      backend.RunAndCompare(workload, exec, tol.atol, tol.rtol);
+      Must(backend.RunAndCompare(workload, exec, tol.atol, tol.rtol));
   REQUIRE(c.mismatches == 0);
   REQUIRE(c.non_finite == 0);
   return CopyToHost<Bf16>(wl.y(), wl.shape().m * wl.shape().n);
@@ -85,17 +84,17 @@ TEST_CASE(
                                  DenseShape{.m = 128, .n = 4096, .k = 4096},
                                  DenseShape{.m = 3, .n = 333, .k = 1000}}) {
     INFO(ShapeName(shape));
-    const auto candidates = backend->Candidates(shape, 32);
-    auto workload = backend->Prepare(shape, 7);
+    const auto candidates = Must(backend->Candidates(shape, 32));
+    auto workload = Must(backend->Prepare(shape, 7));
     const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
     for (const Execution& exec : candidates) {
       INFO(exec.ToString());
       const std::vector<Bf16> daemon = DaemonOutput(*backend, *workload, exec);
-      DenseRunResult result;
+      StatusOr<DenseRunResult> result = DenseRunResult{};
       const std::vector<Bf16> replay = client.Run(exec, wl, &result);
-      INFO(result.message);
-      REQUIRE(result.ok);
-      CHECK_FALSE(result.fell_back);
+      INFO(result.status().message());
+      REQUIRE(result.ok());
+      CHECK_FALSE(result->fell_back);
       CHECK(replay == daemon);
     }
   }
@@ -108,21 +107,21 @@ TEST_CASE(
   auto backend = MakeBackend();
   Client client;
   const DenseShape shape{.m = 1, .n = 4096, .k = 4096};
-  auto workload = backend->Prepare(shape, 7);
+  auto workload = Must(backend->Prepare(shape, 7));
   const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
   const Execution gemv = ToExecution(GemvSplitKParams{}, shape);
-  const Execution lt = backend->Candidates(shape, 1).front();
+  const Execution lt = Must(backend->Candidates(shape, 1)).front();
   for (const Execution& exec : {gemv, lt}) {
     INFO(exec.ToString());
     // The application's own (non-sticky) error, still pending.
     REQUIRE(cudaSetDevice(1 << 20) != cudaSuccess);
     const cudaError_t pending = cudaPeekAtLastError();
     REQUIRE(pending != cudaSuccess);
-    DenseRunResult result;
+    StatusOr<DenseRunResult> result = DenseRunResult{};
     const std::vector<Bf16> replay = client.Run(exec, wl, &result);
-    INFO(result.message);
-    CHECK(result.ok);
-    CHECK_FALSE(result.fell_back);
+    INFO(result.status().message());
+    CHECK(result.ok());
+    CHECK_FALSE(result->fell_back);
     // Our own kernel's launch check leaves it for its owner; cuBLASLt's
     // internals are not ours to vouch for, so only the GEMV is checked.
     if (exec.kernel == kGemvSplitKKernel) {
@@ -139,55 +138,57 @@ TEST_CASE(
   auto backend = MakeBackend();
   Client client;
   const DenseShape shape{.m = 4, .n = 1024, .k = 4096};
-  const auto candidates = backend->Candidates(shape, 32);
-  auto workload = backend->Prepare(shape, 3);
+  const auto candidates = Must(backend->Candidates(shape, 32));
+  auto workload = Must(backend->Prepare(shape, 3));
   const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
   // Same workspace and alignment as the daemon: the same default.
   const std::vector<Bf16> by_default =
       DaemonOutput(*backend, *workload, candidates.front());
 
-  DenseRunResult result;
+  StatusOr<DenseRunResult> result = DenseRunResult{};
   SECTION("no tuned entry runs the default without complaint") {
     // With the workspace the default was timed with: the same algo.
     CHECK(client.Run(Execution{}, wl, &result,
                      candidates.front().workspace_bytes) == by_default);
-    CHECK(result.ok);
-    CHECK_FALSE(result.fell_back);
+    CHECK(result.ok());
+    CHECK_FALSE(result->fell_back);
   }
   SECTION("an entry that kept the default runs it with any larger workspace") {
     REQUIRE(candidates.front().kernel == kCublasLtDefaultKernel);
     CHECK(client.Run(candidates.front(), wl, &result, kWorkspace) ==
           by_default);
-    CHECK(result.ok);
-    CHECK_FALSE(result.fell_back);
+    CHECK(result.ok());
+    CHECK_FALSE(result->fell_back);
   }
   SECTION("unknown kernel") {
     CHECK(client.Run(Execution{"gputune.future_kernel", {}, 0}, wl, &result) ==
           by_default);
-    CHECK(result.ok);
-    CHECK(result.fell_back);
-    CHECK(result.message.find("unknown kernel") != std::string::npos);
+    CHECK(result.ok());
+    CHECK(result->fell_back);
+    CHECK(result->reason.find("unknown kernel") != std::string::npos);
   }
   SECTION("cuBLASLt refuses the algo") {
     const Execution bogus = ToExecution(LtAlgoConfig{.algo_id = 1 << 30}, 0);
     CHECK(client.Run(bogus, wl, &result) == by_default);
-    CHECK(result.fell_back);
-    CHECK(result.message.find("cublasLtMatmulAlgo") != std::string::npos);
+    REQUIRE(result.ok());
+    CHECK(result->fell_back);
+    CHECK(result->reason.find("cublasLtMatmulAlgo") != std::string::npos);
   }
   SECTION("bad params of an own kernel") {
     Execution bad = ToExecution(GemvSplitKParams{.m_tile = 4}, shape);
     bad.params["vec"] = 4;
     CHECK(client.Run(bad, wl, &result) == by_default);
-    CHECK(result.fell_back);
-    CHECK(result.message.find("vec") != std::string::npos);
+    REQUIRE(result.ok());
+    CHECK(result->fell_back);
+    CHECK(result->reason.find("vec") != std::string::npos);
   }
   SECTION("workspace too small for split-K") {
     const Execution split = ToExecution(
         GemvSplitKParams{.rows_per_warp = 1, .split_k = 4, .m_tile = 4}, shape);
     const std::vector<Bf16> out = client.Run(split, wl, &result, 1024);
-    CHECK(result.ok);
-    CHECK(result.fell_back);
-    CHECK(result.message.find("workspace too small") != std::string::npos);
+    CHECK(result.ok());
+    CHECK(result->fell_back);
+    CHECK(result->reason.find("workspace too small") != std::string::npos);
     // The default for a 1 KiB workspace may be another algo: check values.
     const Tolerance tol = ToleranceFor(shape.k);
     const std::vector<float> ref =
@@ -204,7 +205,7 @@ TEST_CASE("a misaligned client buffer falls back instead of faulting") {
   auto backend = MakeBackend();
   Client client;
   const DenseShape shape{.m = 2, .n = 512, .k = 1024};
-  auto workload = backend->Prepare(shape, 5);
+  auto workload = Must(backend->Prepare(shape, 5));
   const auto& wl = dynamic_cast<const CudaWorkload&>(*workload);
   // x shifted by one element: 2-byte aligned.
   DeviceBuffer x((shape.m * shape.k + 1) * sizeof(Bf16));
@@ -215,14 +216,14 @@ TEST_CASE("a misaligned client buffer falls back instead of faulting") {
   DeviceBuffer y(shape.m * shape.n * sizeof(Bf16));
   DeviceBuffer workspace(kWorkspace);
   const Execution gemv = ToExecution(GemvSplitKParams{.m_tile = 2}, shape);
-  const DenseRunResult result =
+  const StatusOr<DenseRunResult> result =
       client.runner().Run(gemv, shape, x_odd, wl.w(), y.get(), client.stream(),
                           workspace.get(), workspace.size());
   CheckCuda(cudaStreamSynchronize(client.stream()), "cudaStreamSynchronize");
-  INFO(result.message);
-  CHECK(result.ok);
-  CHECK(result.fell_back);
-  CHECK(result.message.find("aligned") != std::string::npos);
+  INFO(result.status().message());
+  CHECK(result.ok());
+  CHECK(result->fell_back);
+  CHECK(result->reason.find("aligned") != std::string::npos);
   const std::vector<Bf16> out = CopyToHost<Bf16>(y.get(), shape.m * shape.n);
   const std::vector<float> ref =
       CopyToHost<float>(wl.reference(), shape.m * shape.n);

@@ -13,6 +13,7 @@ namespace gputune::kernels {
 namespace {
 
 using testing::MakeBackend;
+using testing::Must;
 using testing::ShapeName;
 
 double Median(std::vector<double> v) {
@@ -32,21 +33,23 @@ TEST_CASE(
     TuneOptions options;
     options.budget_seconds = 0.5;
     const TuneReport report = TuneDense(*backend, shape, options);
-    INFO(report.error);
-    REQUIRE(report.ok);
+    INFO(report.status.message());
+    REQUIRE(report.status.ok());
     const Execution& by_default = report.candidates.front().execution;
     INFO("chosen " << report.chosen.ToString() << ", default "
                    << by_default.ToString());
 
     // Measure both again, interleaved so drift hits both alike, with enough
     // reps per sample to be well above event resolution.
-    auto workload = backend->Prepare(shape, 11);
-    const double once = backend->TimeSample(*workload, by_default, 1);
+    auto workload = Must(backend->Prepare(shape, 11));
+    const double once = Must(backend->TimeSample(*workload, by_default, 1));
     const int reps = std::clamp(static_cast<int>(200e-6 / once), 1, 1000);
     std::vector<double> chosen, baseline;
     for (int i = 0; i < 15; ++i) {
-      baseline.push_back(backend->TimeSample(*workload, by_default, reps));
-      chosen.push_back(backend->TimeSample(*workload, report.chosen, reps));
+      baseline.push_back(
+          Must(backend->TimeSample(*workload, by_default, reps)));
+      chosen.push_back(
+          Must(backend->TimeSample(*workload, report.chosen, reps)));
     }
     const double chosen_s = Median(chosen);
     const double default_s = Median(baseline);

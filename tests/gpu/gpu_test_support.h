@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/status.h"
 #include "tests/support/catch.h"
 
 namespace gputune::kernels::testing {
@@ -35,13 +37,18 @@ inline bool HasCudaDevice() {
     }                                                    \
   } while (0)
 
+// The value of a call that must succeed; otherwise the test case fails with
+// the status's message.
+template <typename T>
+T Must(StatusOr<T> result) {
+  INFO(result.status().message());
+  REQUIRE(result.ok());
+  return std::move(*result);
+}
+
 inline std::unique_ptr<CudaBackend> MakeBackend(
     CudaBackendOptions options = {}) {
-  std::string error;
-  auto backend = CudaBackend::Create(options, &error);
-  INFO(error);
-  REQUIRE(backend != nullptr);
-  return backend;
+  return Must(CudaBackend::Create(options));
 }
 
 // The first count elements of a device array, copied to the host.

@@ -31,7 +31,7 @@ const std::vector<DenseShape> kShapeTable = {
 // Every candidate the backend offers, plus parameter values it does not.
 std::vector<Execution> AllHostExecutions(HostBackend& backend,
                                          const DenseShape& shape) {
-  std::vector<Execution> out = backend.Candidates(shape, 100);
+  std::vector<Execution> out = backend.Candidates(shape, 100).value();
   out.push_back({"host.unrolled", {{"unroll", 4}}});
   out.push_back(
       {"host.blocked", {{"tile_m", 1}, {"tile_n", 1}, {"tile_k", 8}}});
@@ -49,28 +49,30 @@ std::vector<Bf16> ClientRun(const Execution& exec, const DenseShape& shape,
       y(shape.m * shape.n);
   FillUniformBf16(seed, kStreamX, x.data(), x.size());
   FillUniformBf16(seed, kStreamW, w.data(), w.size());
-  RunHostExecution(exec, shape, x.data(), w.data(), y.data());
+  const Status s = RunHostExecution(exec, shape, x.data(), w.data(), y.data());
+  INFO(s.message());
+  CHECK(s.ok());
   return y;
 }
 
 std::vector<Bf16> BackendOutput(HostBackend& backend, Workload& workload,
                                 const Execution& exec) {
-  const Tolerance tol = ToleranceFor(HostBackend::AsHost(workload).shape().k);
-  backend.RunAndCompare(workload, exec, tol.atol, tol.rtol);
-  const HostWorkload& wl = HostBackend::AsHost(workload);
+  const HostWorkload& wl = *HostBackend::AsHost(workload).value();
+  const Tolerance tol = ToleranceFor(wl.shape().k);
+  CHECK(backend.RunAndCompare(workload, exec, tol.atol, tol.rtol).ok());
   return std::vector<Bf16>(wl.y(), wl.y() + wl.outputs());
 }
 
 TEST_CASE("every host candidate matches the reference on a shape table") {
   HostBackend backend;
   for (const DenseShape& shape : kShapeTable) {
-    auto workload = backend.Prepare(shape, 42);
+    auto workload = backend.Prepare(shape, 42).value();
     const Tolerance tol = ToleranceFor(shape.k);
     for (const Execution& exec : AllHostExecutions(backend, shape)) {
       INFO("m=" << shape.m << " n=" << shape.n << " k=" << shape.k << " "
                 << exec.ToString());
       const Comparison c =
-          backend.RunAndCompare(*workload, exec, tol.atol, tol.rtol);
+          backend.RunAndCompare(*workload, exec, tol.atol, tol.rtol).value();
       CHECK(c.mismatches == 0);
       CHECK(c.non_finite == 0);
       // fp32 accumulation plus one bf16 rounding stays far inside atol.
@@ -82,7 +84,7 @@ TEST_CASE("every host candidate matches the reference on a shape table") {
 TEST_CASE("RunHostExecution replays every candidate bit-identically") {
   HostBackend backend;
   const DenseShape shape{.m = 3, .n = 40, .k = 300};
-  auto workload = backend.Prepare(shape, 9);
+  auto workload = backend.Prepare(shape, 9).value();
   for (const Execution& exec : AllHostExecutions(backend, shape)) {
     INFO(exec.ToString());
     CHECK(ClientRun(exec, shape, 9) == BackendOutput(backend, *workload, exec));
@@ -96,8 +98,8 @@ TEST_CASE("RunHostExecution replays the execution the engine chose") {
   options.budget_seconds = 0.3;
   options.seed = 11;
   const TuneReport report = TuneDense(backend, shape, options);
-  REQUIRE(report.ok);
-  auto workload = backend.Prepare(shape, 11);
+  REQUIRE(report.status.ok());
+  auto workload = backend.Prepare(shape, 11).value();
   // The chosen execution, parsed back from its text form as a client that
   // received it through the daemon would.
   const auto replayed = ParseExecution(report.chosen.ToString());
@@ -109,7 +111,7 @@ TEST_CASE("RunHostExecution replays the execution the engine chose") {
 TEST_CASE("host.threaded gives the same bits whatever the thread count") {
   HostBackend backend;
   const DenseShape shape{.m = 5, .n = 77, .k = 129};
-  auto workload = backend.Prepare(shape, 3);
+  auto workload = backend.Prepare(shape, 3).value();
   const auto serial = BackendOutput(
       backend, *workload, {"host.threaded", {{"threads", 1}, {"tile", 4}}});
   for (int64_t threads : {2, 4, 16}) {
@@ -141,29 +143,30 @@ TEST_CASE("RunHostExecution rejects unknown kernels and bad parameters") {
   };
   for (const Bad& b : bad) {
     INFO(b.exec.ToString());
-    CHECK_THROWS_WITH(RunHostExecution(b.exec, shape, &x, &w, &y),
-                      Catch::Contains(b.reason));
-    CHECK_THAT(HostExecutionError(b.exec), Catch::Contains(b.reason));
+    const Status run = RunHostExecution(b.exec, shape, &x, &w, &y);
+    CHECK(run.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(run.message(), Catch::Contains(b.reason));
+    CHECK(ValidateHostExecution(b.exec) == run);
   }
-  CHECK(HostExecutionError({"host.naive", {}}).empty());
-  CHECK_THROWS_AS(RunHostExecution({"host.naive", {}}, {.m = 0, .n = 1, .k = 1},
-                                   &x, &w, &y),
-                  std::invalid_argument);
+  CHECK(ValidateHostExecution({"host.naive", {}}).ok());
+  CHECK(
+      RunHostExecution({"host.naive", {}}, {.m = 0, .n = 1, .k = 1}, &x, &w, &y)
+          .code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("host candidates start with the naive default and respect the cap") {
   HostBackend backend;
   const DenseShape shape{.m = 4, .n = 64, .k = 64};
-  const auto all = backend.Candidates(shape, 100);
+  const std::vector<Execution> all = backend.Candidates(shape, 100).value();
   REQUIRE(all.size() >= 6);
   CHECK(all.front() == Execution{"host.naive", {}});
   for (const char* family : {"host.unrolled", "host.blocked"}) {
     CHECK(std::any_of(all.begin(), all.end(),
                       [&](const Execution& e) { return e.kernel == family; }));
   }
-  for (const Execution& e : all) CHECK(HostExecutionError(e).empty());
-  CHECK(backend.Candidates(shape, 3).size() == 3);
-  CHECK(backend.Candidates(shape, 1) == std::vector<Execution>{all.front()});
+  for (const Execution& e : all) CHECK(ValidateHostExecution(e).ok());
+  CHECK(backend.Candidates(shape, 3)->size() == 3);
+  CHECK(*backend.Candidates(shape, 1) == std::vector<Execution>{all.front()});
 }
 
 TEST_CASE("the host fingerprint names the CPU, its size and the build") {
@@ -181,11 +184,11 @@ TEST_CASE("the host fingerprint names the CPU, its size and the build") {
 TEST_CASE("host candidates genuinely differ in speed") {
   HostBackend backend;
   const DenseShape shape{.m = 4, .n = 128, .k = 1024};
-  auto workload = backend.Prepare(shape, 1);
+  auto workload = backend.Prepare(shape, 1).value();
   auto best_of = [&](const Execution& exec) {
     double best = 1e9;
     for (int i = 0; i < 5; ++i) {
-      best = std::min(best, backend.TimeSample(*workload, exec, 3));
+      best = std::min(best, backend.TimeSample(*workload, exec, 3).value());
     }
     return best;
   };
@@ -205,8 +208,8 @@ TEST_CASE("host candidates genuinely differ in speed") {
 
 TEST_CASE("host workloads rotate inputs among identical copies") {
   HostBackend backend;
-  auto workload = backend.Prepare({.m = 2, .n = 8, .k = 16}, 5);
-  HostWorkload& wl = HostBackend::AsHost(*workload);
+  auto workload = backend.Prepare({.m = 2, .n = 8, .k = 16}, 5).value();
+  HostWorkload& wl = *HostBackend::AsHost(*workload).value();
   REQUIRE(wl.copies() >= 1);
   for (int c = 0; c < wl.copies(); ++c) {
     CHECK(std::equal(wl.x(0), wl.x(0) + 32, wl.x(c)));
@@ -230,18 +233,20 @@ TEST_CASE("every host kernel and the reference stop on the cancel flag") {
   HostBackend backend;
   for (const Execution& exec : AllHostExecutions(backend, shape)) {
     INFO(exec.ToString());
-    CHECK_THROWS_AS(
-        HostKernel(exec).Run(shape, x.data(), w.data(), y.data(), &cancel),
-        CancelledError);
+    const StatusOr<HostKernel> kernel = HostKernel::Make(exec);
+    REQUIRE(kernel.ok());
+    CHECK(kernel->Run(shape, x.data(), w.data(), y.data(), &cancel) ==
+          CancelledStatus());
     // Without the flag set, the same call completes.
     std::atomic<bool> running{false};
-    CHECK_NOTHROW(
-        HostKernel(exec).Run(shape, x.data(), w.data(), y.data(), &running));
+    CHECK(kernel->Run(shape, x.data(), w.data(), y.data(), &running).ok());
   }
-  CHECK_THROWS_AS(ReferenceDense(shape, x.data(), w.data(), &cancel),
-                  CancelledError);
+  CHECK(ReferenceDense(shape, x.data(), w.data(), &cancel).status() ==
+        CancelledStatus());
+  CHECK(ReferenceExactCheck(shape, x.data(), w.data(), &cancel).status() ==
+        CancelledStatus());
   backend.SetCancel(&cancel);
-  CHECK_THROWS_AS(backend.Prepare(shape, 1), CancelledError);
+  CHECK(backend.Prepare(shape, 1).status() == CancelledStatus());
 }
 
 }  // namespace

@@ -49,28 +49,30 @@ class SyntheticBackend final : public Backend {
 
   std::string Name() const override { return "synthetic"; }
   Fingerprint GetFingerprint() const override { return {}; }
-  std::vector<Execution> Candidates(const DenseShape&, int) override {
+  StatusOr<std::vector<Execution>> Candidates(const DenseShape&, int) override {
     std::vector<Execution> out;
     for (size_t i = 0; i < specs_.size(); ++i) {
       out.push_back({"syn", {{"id", static_cast<int64_t>(i)}}});
     }
     return out;
   }
-  std::unique_ptr<Workload> Prepare(const DenseShape& shape,
-                                    uint64_t seed) override {
+  StatusOr<std::unique_ptr<Workload>> Prepare(const DenseShape& shape,
+                                              uint64_t seed) override {
     return host_.Prepare(shape, seed);
   }
-  Comparison RunAndCompare(Workload& workload, const Execution& exec,
-                           double atol, double rtol) override {
+  StatusOr<Comparison> RunAndCompare(Workload& workload, const Execution& exec,
+                                     double atol, double rtol) override {
     const double wall = specs_[exec.params.at("id")].run_wall;
     if (wall > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(wall));
     return host_.RunAndCompare(workload, {"host.naive", {}}, atol, rtol);
   }
-  Comparison RunAndCompareExact(Workload& workload, const Execution&) override {
+  StatusOr<Comparison> RunAndCompareExact(Workload& workload,
+                                          const Execution&) override {
     return host_.RunAndCompareExact(workload, {"host.naive", {}});
   }
-  double TimeSample(Workload&, const Execution& exec, int reps) override {
+  StatusOr<double> TimeSample(Workload&, const Execution& exec,
+                              int reps) override {
     const int64_t id = exec.params.at("id");
     calls_.push_back({id, reps});
     const Synthetic& spec = specs_[id];
@@ -117,7 +119,7 @@ TEST_CASE("a truly faster candidate is chosen beyond noise") {
   SyntheticBackend backend(
       {{.us = 100, .noise = 0.15}, {.us = 70, .noise = 0.15}});
   const TuneReport report = TuneDense(backend, kShape, Options(60));
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.chosen == Syn(1));
   const CandidateReport& d = report.candidates[0];
   const CandidateReport& c = report.candidates[1];
@@ -139,7 +141,7 @@ TEST_CASE("a median win inside the noise keeps the default") {
   SyntheticBackend backend(
       {{.us = 100, .noise = 0.15}, {.us = 90, .noise = 0.15}});
   const TuneReport report = TuneDense(backend, kShape, Options(60));
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.chosen == Syn(0));
   CHECK(report.candidates[0].chosen);
   CHECK(report.candidates[1].median_seconds <
@@ -151,7 +153,7 @@ TEST_CASE("a median win inside the noise keeps the default") {
 TEST_CASE("a noiseless win below min_improvement_bps keeps the default") {
   SyntheticBackend backend({{.us = 100}, {.us = 99}});
   const TuneReport report = TuneDense(backend, kShape, Options(10));
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.chosen == Syn(0));
   CHECK_THAT(report.reason, Catch::Contains("only 1 % faster") &&
                                 Catch::Contains("min_improvement_bps=200"));
@@ -163,7 +165,7 @@ TEST_CASE("drift during the job does not make a copy of the default win") {
   // ~10 % faster, beyond any noise; interleaved, both see the same drift.
   SyntheticBackend backend({{.us = 100}, {.us = 100}}, /*drift=*/-0.01);
   const TuneReport report = TuneDense(backend, kShape, Options(10));
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.chosen == Syn(0));
   const double d = report.candidates[0].median_seconds;
   const double c = report.candidates[1].median_seconds;
@@ -173,7 +175,7 @@ TEST_CASE("drift during the job does not make a copy of the default win") {
 TEST_CASE("candidates are sampled in interleaved rounds in rotating order") {
   SyntheticBackend backend({{.us = 100}, {.us = 100}, {.us = 100}});
   const TuneReport report = TuneDense(backend, kShape, Options(6));
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   // Each candidate first warms up and calibrates alone (2 runs + 1 sample:
   // reps sized from the warm-up reach min_sample_seconds), then 6 rounds.
   std::vector<int64_t> ids;
@@ -195,7 +197,7 @@ TEST_CASE("a kernel whose one timed run lasts a sample takes one warm-up") {
   TuneOptions options = Options(8);
   options.warmup_runs = 2;
   const TuneReport report = TuneDense(backend, kShape, options);
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   const auto long_calls = backend.CallsOf(1);
   CHECK(long_calls.size() == report.candidates[1].samples + 1);
   for (const auto& call : long_calls) CHECK(call.reps == 1);
@@ -217,7 +219,7 @@ TEST_CASE("reps come from the kernel's timed run, not the validation's wall") {
   TuneOptions options = Options(6);
   options.warmup_runs = 1;
   const TuneReport report = TuneDense(backend, kShape, options);
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   for (int64_t id : {0, 1}) {
     const auto calls = backend.CallsOf(id);
     REQUIRE(calls.size() > report.candidates[id].samples);
@@ -236,7 +238,7 @@ TEST_CASE("the plan cuts candidates whose samples do not fit, slowest first") {
   SyntheticBackend backend({{.us = 10}, {.us = 100000}, {.us = 150000}});
   TuneOptions options = Options(5);
   const TuneReport report = TuneDense(backend, kShape, options);
-  REQUIRE(report.ok);
+  REQUIRE(report.status.ok());
   CHECK(report.candidates[1].samples == 5);
   CHECK(report.candidates[2].samples == 0);
   CHECK_THAT(report.candidates[2].error, Catch::StartsWith("cut by budget"));
