@@ -43,10 +43,20 @@ def test_import_succeeds_without_the_library():
     assert run.stdout.split() == [gputune.__version__, "True"]
 
 
-def test_gputune_torch_imports_without_the_library():
+def test_gputune_torch_without_the_library_runs_torchs_linear():
     pytest.importorskip("torch")
-    run = _fresh_python("import gputune.torch", GPUTUNE_LIBRARY=MISSING)
+    run = _fresh_python(
+        """
+        import torch
+        import gputune.torch as gt
+        print(tuple(gt.dense(torch.ones(2, 3), torch.ones(4, 3)).shape))
+        print(gt.TunedDense().client())  # no client: dense() falls back
+        """,
+        GPUTUNE_LIBRARY=MISSING,
+    )
     assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["(2, 4)", "None"]
+    assert "cannot load libgputune" in run.stderr  # logged once, with why
 
 
 def test_the_first_use_says_how_to_point_at_the_library(daemon):
