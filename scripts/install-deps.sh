@@ -49,8 +49,12 @@ test_packages=(
   # grpcprobe, the grpcurl stand-in the reflection test uses where it is
   # built (below)
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
-  kubectl python3-yaml  # tests only: deploy/kubernetes/ (kubernetes_test.py)
+  python3-yaml  # deploy/kubernetes/'s test (kubernetes_test.py)
 )
+# Installed when an apt source has them, else their tests skip, saying so:
+# kubectl is not in Debian 12's own archive (Kubernetes' apt repository,
+# pkgs.k8s.io, has it), and kubernetes_test.py needs it.
+optional_test_packages=(kubectl)
 if ((with_tests)); then packages+=("${test_packages[@]}"); fi
 
 missing=()
@@ -62,6 +66,19 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ((with_tests)); then
+  for p in "${optional_test_packages[@]}"; do
+    command -v "$p" >/dev/null && continue
+    # The package lists as they are (apt-get update ran above on a fresh
+    # machine): no update on every run where no source has it.
+    if apt-cache show "$p" >/dev/null 2>&1; then
+      echo "gputune: installing $p" >&2
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+    else
+      echo "gputune: $p is in no apt source here: the tests that need it skip" >&2
+    fi
+  done
 fi
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
