@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   std::unique_ptr<Daemon> d(new Daemon());
   d->config_ = config;
   DaemonInfo& info = d->info_;
-  info.version = kVersion;
+  info.version = std::string(BuildVersion());
   info.started_at = d->clock_.Now();
   info.listen_address = config.listen;
   info.database_path = config.db;
@@ -231,8 +231,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   d->backend_ = std::move(choice.backend);
 
   d->metrics_ = std::make_unique<DaemonMetrics>(DaemonMetrics::Identity{
-      config.device, info.fingerprint.device_uuid(), info.backend, kVersion,
-      std::string(BuildRevision())});
+      config.device, info.fingerprint.device_uuid(), info.backend,
+      std::string(BuildVersion()), std::string(BuildRevision())});
   if (!info.database_quarantined_to.empty()) d->metrics_->DatabaseQuarantined();
   ArbiterOptions arbiter_options;
   arbiter_options.metrics = d->metrics_.get();
@@ -457,7 +457,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     deps.authority = d->authority_.get();
     deps.clock = &d->clock_;
     deps.fingerprint = info.fingerprint;
-    deps.version = kVersion;
+    deps.version = std::string(BuildVersion());
     absl::StatusOr<std::unique_ptr<redis::RedisServer>> redis =
         redis::RedisServer::Start(ro, deps);
     if (!redis.ok()) return redis.status();
@@ -478,8 +478,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   spdlog::info(
       "gputuned {} serving on {} (database {}, {} entries, backend {}{}; "
       "up to {} connections)",
-      kVersion, d->info_.listen_address, config.db, loaded, info.backend,
-      d->backend_ ? "" : ": cache only",
+      std::string(BuildVersion()), d->info_.listen_address, config.db, loaded,
+      info.backend, d->backend_ ? "" : ": cache only",
       d->listener_ ? d->listener_->connection_limit() : files);
   return d;
 }

@@ -37,8 +37,6 @@
 
 namespace gputune {
 
-inline constexpr char kVersion[] = "0.1.0";
-
 class Daemon {
  public:
   // Fails (with a message for the operator) when the database cannot be

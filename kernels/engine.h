@@ -1,4 +1,5 @@
-// The benchmark engine: DESIGN.md's per-key procedure over any Backend.
+// The benchmark engine: the per-key procedure of docs/design.md ("How a key
+// is benchmarked") over any Backend.
 //
 //   kernels::TuneOptions opts;                 // budget, min improvement, ...
 //   kernels::TuneReport r = kernels::TuneDense(backend, shape, opts, hooks);

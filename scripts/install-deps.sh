@@ -45,9 +45,8 @@ test_packages=(
   # ./python, offline) and the Rust example
   python3-pytest python3-pip python3-setuptools python3-venv cargo
   # tests only: gputune.torch's import and fall-back (python/tests/test_torch.py)
-  # on Debian's CPU-only PyTorch 1.13: 175 packages, 70 s on the 2-core build
-  # machine (time apt-get install -y --no-install-recommends python3-torch,
-  # 2026-12-02)
+  # on Debian's CPU-only PyTorch 1.13, the largest item here (175 packages with
+  # its dependencies; docs/testing.md, "How long it takes", has its cost)
   python3-torch
   # grpcprobe, the grpcurl stand-in the reflection test uses where it is
   # built (below)

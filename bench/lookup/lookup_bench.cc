@@ -23,8 +23,9 @@
 //       sqlite  no daemon: each process SELECTs the key's row itself;
 //     --rounds times, the modes interleaved so that drift (other load on the
 //     machine) hits them alike; each figure is the median over the rounds.
-// It prints a table with the DESIGN.md targets as ratios against the echo
-// and writes the numbers as JSON (--json, default lookup_bench.json).
+// It prints a table with the targets of docs/design.md ("Targets") as ratios
+// against the echo and writes the numbers as JSON (--json, default
+// lookup_bench.json).
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -5,8 +5,9 @@
 // Writes N realistic entries (8 candidate measurements each, as a CUDA tune
 // records) straight into a fresh database with TuneStore, then starts the
 // gputuned binary on it and measures the time from exec to the first
-// answered GetStatus, and VmRSS/VmHWM after 1000 lookups. DESIGN.md targets:
-// serving within 1 s and RSS at most 64 MiB at 100k entries.
+// answered GetStatus, and VmRSS/VmHWM after 1000 lookups. The targets of
+// docs/design.md ("Targets"): serving within 1 s and RSS at most 64 MiB at
+// 100k entries.
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -11,6 +11,12 @@
 A thin layer over libgputune's C API (ctypes): one memo, one circuit breaker
 and one lease renewer per client, the C++ client's. gputune.torch runs
 dense layers with the tuned executions.
+
+Importing the package does not load libgputune: the first call that needs
+it does, and raises gputune.LibraryNotFound, saying what it tried, when the
+library is not where the loader looks; set $GPUTUNE_LIBRARY to the path of
+libgputune.so.0 then. __version__ is the package's (the project's version);
+library_version() is the loaded libgputune's.
 """
 
 from ._errors import (
@@ -32,8 +38,9 @@ from ._errors import (
     Unimplemented,
     Unknown,
 )
+from . import _capi
 from ._capi import LibraryNotFound
-from ._capi import version as _version
+from ._version import __version__
 from .client import (
     Claim,
     ClaimOutcome,
@@ -49,7 +56,12 @@ from .client import (
 )
 from .dense import DenseRunner, DenseRun
 
-__version__ = _version().decode()
+
+def library_version() -> str:
+    """The version of the libgputune this process loaded (e.g. "0.1.0"),
+    loading it if no call has yet. Raises LibraryNotFound as any first use
+    does."""
+    return _capi.version().decode()
 
 
 __all__ = [
@@ -84,6 +96,7 @@ __all__ = [
     "DataLoss",
     "Unauthenticated",
     "LibraryNotFound",
+    "library_version",
 ]
 
 # The public names print as gputune.X (where they are meant to be used from).

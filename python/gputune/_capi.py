@@ -1,5 +1,13 @@
 """ctypes declarations of the C API (client/include/gputune/gputune.h).
 
+The library is loaded on first use, not at import: `import gputune` works
+without it (to read gputune.__version__, or to import gputune.torch on a
+machine where only some processes tune), and the first call that needs it
+(load(), or reading any function below, e.g. through gputune.Client())
+loads it or raises LibraryNotFound saying what was tried and how to point
+at one. A failed load is tried again on the next use, so setting
+$GPUTUNE_LIBRARY in the process after the error is enough.
+
 The library is found, in order: $GPUTUNE_LIBRARY (a path; nothing else is
 tried when it is set); <prefix>/lib/libgputune.so.0 when this package was
 installed by cmake --install into <prefix>/lib/python3/dist-packages; then
@@ -14,6 +22,7 @@ import ctypes
 import ctypes.util
 import os
 import pathlib
+import threading
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -33,10 +42,10 @@ ABI_VERSION = 3
 
 
 class LibraryNotFound(ImportError):
-    """libgputune could not be loaded."""
+    """libgputune could not be loaded (raised on first use, not at import)."""
 
 
-def _load() -> ctypes.CDLL:
+def _find() -> ctypes.CDLL:
     tried = []
     explicit = os.environ.get("GPUTUNE_LIBRARY")
     candidates = [explicit] if explicit else []
@@ -55,12 +64,10 @@ def _load() -> ctypes.CDLL:
     raise LibraryNotFound(
         "cannot load libgputune (the gputune C library): "
         + "; ".join(tried)
-        + ". Install the gputune package, or set GPUTUNE_LIBRARY to the path "
-        "of libgputune.so.0"
+        + ". Install it (the libgputune0 package, or cmake --install), or "
+        "point GPUTUNE_LIBRARY at it, e.g. "
+        "GPUTUNE_LIBRARY=/opt/gputune/lib/libgputune.so.0"
     )
-
-
-lib = _load()
 
 # --- Structs (gputune.h) -------------------------------------------------------
 
@@ -175,95 +182,141 @@ class DenseArgs(Structure):
 WATCH_CALLBACK = CFUNCTYPE(None, c_void_p, c_void_p)
 
 # --- Functions -----------------------------------------------------------------
+# Bound into this module's globals by load(): `_capi.lookup` is then a plain
+# global, as fast as a module-level declaration; before it, reading one goes
+# through __getattr__ below, which loads.
 
 _P = c_void_p  # every handle
 
+# name in this module: (C symbol, restype, *argtypes)
+_FUNCTIONS = {
+    "abi_version": ("gputune_abi_version", c_uint32),
+    "version": ("gputune_version", c_char_p),
+    "last_error": ("gputune_last_error", c_char_p),
+    "code_name": ("gputune_code_name", c_char_p, c_int),
 
-def _fn(name, restype, *argtypes):
-    f = getattr(lib, name)
-    f.restype = restype
-    f.argtypes = list(argtypes)
-    return f
+    "client_options_init": (
+        "gputune_client_options_init", None, POINTER(ClientOptions)
+    ),
+    "client_create": (
+        "gputune_client_create", c_int, POINTER(ClientOptions), POINTER(_P)
+    ),
+    "client_destroy": ("gputune_client_destroy", None, _P),
+    "client_endpoint": ("gputune_client_endpoint", c_char_p, _P),
+    "client_gpu_uuid": ("gputune_client_gpu_uuid", c_char_p, _P),
+
+    "key_new": ("gputune_key_new", c_int, POINTER(KeyDesc), POINTER(_P)),
+    "key_parse": ("gputune_key_parse", c_int, c_char_p, POINTER(_P)),
+    "key_free": ("gputune_key_free", None, _P),
+    "key_text": ("gputune_key_text", c_char_p, _P),
+
+    "result_new": ("gputune_result_new", _P),
+    "result_free": ("gputune_result_free", None, _P),
+    "result_copy": ("gputune_result_copy", c_int, _P, _P),
+    "result_state": ("gputune_result_state", c_int, _P),
+    "result_from_memo": ("gputune_result_from_memo", c_int, _P),
+    "result_kernel": ("gputune_result_kernel", c_char_p, _P),
+    "result_param_count": ("gputune_result_param_count", c_size_t, _P),
+    "result_param": (
+        "gputune_result_param", c_int, _P, c_size_t, POINTER(c_char_p), POINTER(c_int32)
+    ),
+    "result_workspace_bytes": ("gputune_result_workspace_bytes", c_uint64, _P),
+    "result_data": ("gputune_result_data", c_void_p, _P, POINTER(c_size_t)),
+    "result_chosen_time_ns": ("gputune_result_chosen_time_ns", c_int64, _P),
+    "result_default_time_ns": ("gputune_result_default_time_ns", c_int64, _P),
+    "result_speedup": ("gputune_result_speedup", c_double, _P),
+    "result_stale_reason": ("gputune_result_stale_reason", c_char_p, _P),
+    "result_stale_usable": ("gputune_result_stale_usable", c_int, _P),
+    "result_claim_holder": ("gputune_result_claim_holder", c_char_p, _P),
+    "result_retry_after_unix_ms": (
+        "gputune_result_retry_after_unix_ms", c_int64, _P
+    ),
+
+    "lookup": ("gputune_lookup", c_int, _P, _P, _P),
+    "try_lookup": ("gputune_try_lookup", None, _P, _P, _P),
+    "preload": (
+        "gputune_preload", c_int, _P, POINTER(_P), c_size_t, POINTER(c_size_t)
+    ),
+    "forget": ("gputune_forget", None, _P, _P),
+    "forget_all": ("gputune_forget_all", None, _P),
+    "memo_size": ("gputune_memo_size", c_size_t, _P),
+
+    "tune_dense": ("gputune_tune_dense", c_int, _P, _P, c_int, _P),
+
+    "claim_acquire": ("gputune_claim_acquire", c_int, _P, _P, POINTER(_P)),
+    "claim_free": ("gputune_claim_free", None, _P),
+    "claim_outcome": ("gputune_claim_outcome_of", c_int, _P),
+    "claim_granted": ("gputune_claim_granted", c_int, _P),
+    "claim_lost": ("gputune_claim_lost", c_int, _P),
+    "claim_id": ("gputune_claim_id", c_uint64, _P),
+    "claim_holder": ("gputune_claim_holder", c_char_p, _P),
+    "claim_retry_after_unix_ms": (
+        "gputune_claim_retry_after_unix_ms", c_int64, _P
+    ),
+    "claim_record": ("gputune_claim_record", c_int, _P, POINTER(CRecord)),
+    "claim_abandon": ("gputune_claim_abandon", c_int, _P, c_char_p),
+
+    "watch_start": (
+        "gputune_watch_start", c_int, _P, _P, WATCH_CALLBACK, c_void_p, c_int64, POINTER(_P)
+    ),
+    "watch_next": ("gputune_watch_next", c_int, _P, c_int64, _P),
+    "watch_wait": ("gputune_watch_wait", c_int, _P, c_int64),
+    "watch_cancel": ("gputune_watch_cancel", None, _P),
+    "watch_free": ("gputune_watch_free", None, _P),
+
+    "get_status_json": (
+        "gputune_get_status_json", c_int, _P, POINTER(c_void_p)
+    ),
+    "list_entries_json": (
+        "gputune_list_entries_json", c_int, _P, POINTER(ListOptions), POINTER(c_void_p)
+    ),
+    "get_entry_json": ("gputune_get_entry_json", c_int, _P, _P, POINTER(c_void_p)),
+    "string_free": ("gputune_string_free", None, c_void_p),
+
+    "dense_runner_create": ("gputune_dense_runner_create", c_int, POINTER(_P)),
+    "dense_runner_free": ("gputune_dense_runner_free", None, _P),
+    "dense_runner_fallback_reason": (
+        "gputune_dense_runner_fallback_reason", c_char_p, _P
+    ),
+    "dense_run": (
+        "gputune_dense_run", c_int, _P, _P, POINTER(DenseArgs), POINTER(c_int)
+    ),
+}
+
+_lock = threading.Lock()
+lib: "ctypes.CDLL | None" = None  # set by load()
 
 
-abi_version = _fn("gputune_abi_version", c_uint32)
-version = _fn("gputune_version", c_char_p)
-last_error = _fn("gputune_last_error", c_char_p)
-code_name = _fn("gputune_code_name", c_char_p, c_int)
+def load() -> ctypes.CDLL:
+    """Loads libgputune (once) and binds every function above into this
+    module. Raises LibraryNotFound, saying what was tried and how to point
+    at the library, when it cannot be loaded or is too old."""
+    global lib
+    with _lock:
+        if lib is not None:
+            return lib
+        found = _find()
+        bound = {}
+        for name, (symbol, restype, *argtypes) in _FUNCTIONS.items():
+            f = getattr(found, symbol)
+            f.restype = restype
+            f.argtypes = list(argtypes)
+            bound[name] = f
+        abi = bound["abi_version"]()
+        if abi < ABI_VERSION:
+            raise LibraryNotFound(
+                f"libgputune at {found._name} has C ABI {abi}, this package "
+                f"needs {ABI_VERSION} or later: install a newer gputune, or "
+                "point GPUTUNE_LIBRARY at one"
+            )
+        globals().update(bound)
+        lib = found
+        return lib
 
-client_options_init = _fn("gputune_client_options_init", None, POINTER(ClientOptions))
-client_create = _fn("gputune_client_create", c_int, POINTER(ClientOptions), POINTER(_P))
-client_destroy = _fn("gputune_client_destroy", None, _P)
-client_endpoint = _fn("gputune_client_endpoint", c_char_p, _P)
-client_gpu_uuid = _fn("gputune_client_gpu_uuid", c_char_p, _P)
 
-key_new = _fn("gputune_key_new", c_int, POINTER(KeyDesc), POINTER(_P))
-key_parse = _fn("gputune_key_parse", c_int, c_char_p, POINTER(_P))
-key_free = _fn("gputune_key_free", None, _P)
-key_text = _fn("gputune_key_text", c_char_p, _P)
-
-result_new = _fn("gputune_result_new", _P)
-result_free = _fn("gputune_result_free", None, _P)
-result_copy = _fn("gputune_result_copy", c_int, _P, _P)
-result_state = _fn("gputune_result_state", c_int, _P)
-result_from_memo = _fn("gputune_result_from_memo", c_int, _P)
-result_kernel = _fn("gputune_result_kernel", c_char_p, _P)
-result_param_count = _fn("gputune_result_param_count", c_size_t, _P)
-result_param = _fn(
-    "gputune_result_param", c_int, _P, c_size_t, POINTER(c_char_p), POINTER(c_int32)
-)
-result_workspace_bytes = _fn("gputune_result_workspace_bytes", c_uint64, _P)
-result_data = _fn("gputune_result_data", c_void_p, _P, POINTER(c_size_t))
-result_chosen_time_ns = _fn("gputune_result_chosen_time_ns", c_int64, _P)
-result_default_time_ns = _fn("gputune_result_default_time_ns", c_int64, _P)
-result_speedup = _fn("gputune_result_speedup", c_double, _P)
-result_stale_reason = _fn("gputune_result_stale_reason", c_char_p, _P)
-result_stale_usable = _fn("gputune_result_stale_usable", c_int, _P)
-result_claim_holder = _fn("gputune_result_claim_holder", c_char_p, _P)
-result_retry_after_unix_ms = _fn("gputune_result_retry_after_unix_ms", c_int64, _P)
-
-lookup = _fn("gputune_lookup", c_int, _P, _P, _P)
-try_lookup = _fn("gputune_try_lookup", None, _P, _P, _P)
-preload = _fn("gputune_preload", c_int, _P, POINTER(_P), c_size_t, POINTER(c_size_t))
-forget = _fn("gputune_forget", None, _P, _P)
-forget_all = _fn("gputune_forget_all", None, _P)
-memo_size = _fn("gputune_memo_size", c_size_t, _P)
-
-tune_dense = _fn("gputune_tune_dense", c_int, _P, _P, c_int, _P)
-
-claim_acquire = _fn("gputune_claim_acquire", c_int, _P, _P, POINTER(_P))
-claim_free = _fn("gputune_claim_free", None, _P)
-claim_outcome = _fn("gputune_claim_outcome_of", c_int, _P)
-claim_granted = _fn("gputune_claim_granted", c_int, _P)
-claim_lost = _fn("gputune_claim_lost", c_int, _P)
-claim_id = _fn("gputune_claim_id", c_uint64, _P)
-claim_holder = _fn("gputune_claim_holder", c_char_p, _P)
-claim_retry_after_unix_ms = _fn("gputune_claim_retry_after_unix_ms", c_int64, _P)
-claim_record = _fn("gputune_claim_record", c_int, _P, POINTER(CRecord))
-claim_abandon = _fn("gputune_claim_abandon", c_int, _P, c_char_p)
-
-watch_start = _fn(
-    "gputune_watch_start", c_int, _P, _P, WATCH_CALLBACK, c_void_p, c_int64, POINTER(_P)
-)
-watch_next = _fn("gputune_watch_next", c_int, _P, c_int64, _P)
-watch_wait = _fn("gputune_watch_wait", c_int, _P, c_int64)
-watch_cancel = _fn("gputune_watch_cancel", None, _P)
-watch_free = _fn("gputune_watch_free", None, _P)
-
-get_status_json = _fn("gputune_get_status_json", c_int, _P, POINTER(c_void_p))
-list_entries_json = _fn(
-    "gputune_list_entries_json", c_int, _P, POINTER(ListOptions), POINTER(c_void_p)
-)
-get_entry_json = _fn("gputune_get_entry_json", c_int, _P, _P, POINTER(c_void_p))
-string_free = _fn("gputune_string_free", None, c_void_p)
-
-dense_runner_create = _fn("gputune_dense_runner_create", c_int, POINTER(_P))
-dense_runner_free = _fn("gputune_dense_runner_free", None, _P)
-dense_runner_fallback_reason = _fn("gputune_dense_runner_fallback_reason", c_char_p, _P)
-dense_run = _fn("gputune_dense_run", c_int, _P, _P, POINTER(DenseArgs), POINTER(c_int))
-
-if abi_version() < ABI_VERSION:
-    raise LibraryNotFound(
-        f"libgputune has C ABI {abi_version()}, this package needs "
-        f"{ABI_VERSION} or later: install a newer gputune"
-    )
+def __getattr__(name: str):
+    # Only names not bound yet get here (PEP 562): the first use loads.
+    if name in _FUNCTIONS:
+        load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,11 @@ class DenseRunner:
     """Binds to the CUDA device current on the calling thread. Raises
     gputune.FailedPrecondition when libgputune was built without CUDA or no
     device is usable (the message says which). Not thread-safe: one runner
-    per thread."""
+    per thread.
+
+    A context manager: `with gputune.DenseRunner() as runner:` closes it when
+    the block ends, as close() does; a closed runner's run() raises
+    ValueError."""
 
     def __init__(self) -> None:
         h = ctypes.c_void_p()
@@ -47,6 +51,8 @@ class DenseRunner:
         """Enqueues y[M,N] = x[M,K] W[N,K]^T (row-major bf16 device pointers,
         as ints) with result's execution, or the default when result is None
         or holds none."""
+        if self.closed:
+            raise ValueError("run() on a closed gputune.DenseRunner")
         args = _capi.DenseArgs(
             struct_size=ctypes.sizeof(_capi.DenseArgs),
             m=m,
@@ -71,10 +77,23 @@ class DenseRunner:
             reason = (_capi.dense_runner_fallback_reason(self._h) or b"").decode()
         return DenseRun(bool(fell_back.value), reason)
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() ran (or the constructor failed)."""
+        return not getattr(self, "_h", None)
+
     def close(self) -> None:
+        """Frees the runner; a second call does nothing."""
         if getattr(self, "_h", None):
             _capi.dense_runner_free(self._h)
             self._h = None
+
+    def __enter__(self) -> "DenseRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
 
     def __del__(self) -> None:
         self.close()

@@ -9,8 +9,8 @@ key dense_bf16/<phase>/<role>/m=M/k=K/n=N@<candidate_set> is looked up
 included: TunedDense.lookup) and its execution runs through
 libgputune's replay (gputune_dense_run) on torch.cuda.current_stream(); a
 MISS runs cuBLASLt's default through the same replay. Anything else, or when
-the daemon, the replay or the execution is not usable, runs
-torch.nn.functional.linear instead; the reason is logged once (logger
+the daemon, the replay, the execution or libgputune itself is not usable,
+runs torch.nn.functional.linear instead; the reason is logged once (logger
 "gputune.torch"). Tuning never blocks: with tune_misses=True a MISS is sent
 to the daemon to tune in the background (once per key).
 
@@ -26,6 +26,7 @@ from typing import Dict, Optional, Set, Tuple
 import torch
 import torch.nn.functional as F
 
+from ._capi import LibraryNotFound
 from ._errors import Error
 from .client import Client, Key, LookupResult
 from .dense import DenseRunner
@@ -83,7 +84,8 @@ class TunedDense:
                 if index not in self._clients:
                     try:
                         self._clients[index] = Client(device=index)
-                    except Error as e:  # no daemon for that GPU, bad options
+                    # No daemon for that GPU, bad options, no libgputune.
+                    except (Error, LibraryNotFound) as e:
                         self._once(
                             f"gputune: no client for cuda:{index} ({e}); "
                             "running torch's linear there")
@@ -107,7 +109,7 @@ class TunedDense:
             try:
                 with torch.cuda.device(device):
                     runners[device.index] = DenseRunner()
-            except Error as e:
+            except (Error, LibraryNotFound) as e:  # no CUDA, no libgputune
                 self._once(f"gputune: cannot replay here ({e}); running torch's linear")
                 runners[device.index] = None
         return runners[device.index]

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import gputune
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -50,14 +52,27 @@ def _lookup(python, env, cwd, endpoint):
     return run.stdout
 
 
+def _installed_version(python, env, cwd):
+    """What pip recorded as the installed distribution's version."""
+    run = subprocess.run(
+        [str(python), "-c",
+         "import importlib.metadata as m; print(m.version('gputune'))"],
+        capture_output=True, text=True, env=env, cwd=cwd,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
 def test_pip_installs_offline_and_the_package_imports(tmp_path, daemon):
     source = _source_copy(tmp_path)
     target = tmp_path / "site"
     _pip(sys.executable, "--target", str(target), str(source), cwd=tmp_path)
     assert (target / "gputune" / "py.typed").exists()
-    out = _lookup(sys.executable, dict(os.environ, PYTHONPATH=str(target)),
-                  tmp_path, daemon.endpoint)
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = _lookup(sys.executable, env, tmp_path, daemon.endpoint)
     assert out.startswith(str(target)) and out.strip().endswith("MISS")
+    # The distribution's version is the package's (pyproject.toml reads it).
+    assert _installed_version(sys.executable, env, tmp_path) == gputune.__version__
 
 
 def test_pip_installs_offline_into_a_venv(tmp_path, daemon):

@@ -265,7 +265,8 @@ TEST_CASE("gputunectl help, --help and --version") {
   CtlResult version = RunCtlPlain({"--version"});
   REQUIRE(version.exit_code == kExitOk);
   INFO(version.out);
-  REQUIRE(version.out.rfind("gputunectl 0.1.0 (git ", 0) == 0);
+  REQUIRE(version.out.rfind("gputunectl " GPUTUNE_PROJECT_VERSION " (git ",
+                            0) == 0);
   REQUIRE(version.out.find("; backends: host") != std::string::npos);
 }
 

@@ -71,7 +71,9 @@ TEST_CASE(
     CHECK_FALSE(std::regex_search(line, kTimestamp));
   }
   // info is priority 6, warn 4 (--backend=none warns that it cannot tune).
-  CHECK_THAT(daemon.Log(), Catch::Contains("<6>gputuned 0.1.0 serving on"));
+  CHECK_THAT(
+      daemon.Log(),
+      Catch::Contains("<6>gputuned " GPUTUNE_PROJECT_VERSION " serving on"));
   CHECK_THAT(daemon.Log(), Catch::Contains("<4>started with --backend=none"));
 }
 

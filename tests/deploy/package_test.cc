@@ -132,7 +132,8 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
         RunCommand("dpkg-deb -c " + debs.at("libgputune0")).output;
     INFO(lib);
     CHECK_THAT(lib, Catch::Contains("/libgputune.so.0 -> "));
-    CHECK_THAT(lib, Catch::Contains("/libgputune.so.0.1.0\n"));
+    CHECK_THAT(lib,
+               Catch::Contains("/libgputune.so." GPUTUNE_PROJECT_VERSION "\n"));
     CHECK_THAT(lib, Catch::Contains("/libgputune_api.so.0 -> "));
     CHECK_THAT(lib, !Catch::Contains("/libgputune.so -> "));  // -dev's
     CHECK_THAT(lib, !Catch::Contains("/include/"));
@@ -146,7 +147,7 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
     CHECK_THAT(dev, Catch::Contains("/pkgconfig/gputune.pc\n"));
     CHECK_THAT(dev, Catch::Contains("/cmake/gputune/gputuneConfig.cmake\n"));
     CHECK_THAT(Field(debs.at("libgputune-dev"), "Depends"),
-               Catch::Contains("libgputune0 (= 0.1.0)"));
+               Catch::Contains("libgputune0 (= " GPUTUNE_PROJECT_VERSION ")"));
   }
   if (GPUTUNE_PACKAGES_CUDA_MODULE) {  // gputuned loads it for --backend=cuda
     REQUIRE(debs.count("gputuned-cuda") == 1);
@@ -154,7 +155,8 @@ void CheckContents(const std::map<std::string, std::string>& debs) {
     const std::string files = RunCommand("dpkg-deb -c " + cuda).output;
     CHECK_THAT(files, Catch::Contains("/gputune/libgputune_cuda.so\n"));
     const std::string needs = Field(cuda, "Depends");
-    CHECK_THAT(needs, Catch::Contains("gputuned (= 0.1.0)"));
+    CHECK_THAT(needs,
+               Catch::Contains("gputuned (= " GPUTUNE_PROJECT_VERSION ")"));
     CHECK_THAT(needs, Catch::Contains("cuda-cudart-"));
     CHECK_THAT(needs, Catch::Contains("libcublas"));
     // No RUNPATH into /usr/local (Debian policy): the loader's paths find
@@ -241,8 +243,9 @@ void CheckInstallUpgradePurge(const std::map<std::string, std::string>& debs,
   r = RunCommand(dpkg + "-i" + current);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  REQUIRE_THAT(Installed(root, "gputuned"),
-               Catch::StartsWith("install ok installed 0.1.0"));
+  REQUIRE_THAT(
+      Installed(root, "gputuned"),
+      Catch::StartsWith("install ok installed " GPUTUNE_PROJECT_VERSION));
   CHECK(ReadFile(conf) == edited);
   CHECK(std::filesystem::exists(root + "/var/lib/gputuned/gpu0.db"));
   if (debs.count("libgputune0")) {
@@ -251,7 +254,7 @@ void CheckInstallUpgradePurge(const std::map<std::string, std::string>& debs,
   }
   // The installed binaries run and say what they are.
   CHECK_THAT(RunCommand(root + "/usr/sbin/gputuned --version").output,
-             Catch::StartsWith("gputuned 0.1.0 (git "));
+             Catch::StartsWith("gputuned " GPUTUNE_PROJECT_VERSION " (git "));
 
   // Remove keeps the config and the cache; purge deletes both.
   r = RunCommand(dpkg + "-r gputuned");

@@ -1,6 +1,6 @@
-// The benchmark engine (DESIGN.md, "Benchmarking"), driven through
-// FaultBackend's misbehaving and fixed-time candidates and the real host
-// backend.
+// The benchmark engine (docs/design.md, "How a key is benchmarked"), driven
+// through FaultBackend's misbehaving and fixed-time candidates and the real
+// host backend.
 #include "kernels/engine.h"
 
 #include <time.h>

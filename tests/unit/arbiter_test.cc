@@ -1,4 +1,4 @@
-// The arbiter's state machine: DESIGN.md "Key states and arbitration".
+// The arbiter's state machine: docs/design.md, "Key states and arbitration".
 #include "daemon/arbiter.h"
 
 #include <atomic>
