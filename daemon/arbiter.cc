@@ -189,39 +189,60 @@ Arbiter::Found Arbiter::Find(const v1::Key& key) const {
   return found;
 }
 
-void Arbiter::CountUseLocked(const std::string& key_id) const {
+void Arbiter::CountUseLocked(absl::string_view key_id) const {
   auto it = uses_.find(key_id);
   if (it != uses_.end()) {
     it->second->lookups.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
-std::vector<Arbiter::Found> Arbiter::Find(
-    absl::Span<const v1::Key* const> keys) const {
+template <typename IdOf, typename SetOf>
+std::vector<Arbiter::Found> Arbiter::FindEach(size_t n, IdOf id_of,
+                                              SetOf set_of) const {
   constexpr size_t kChunk = 256;  // keys per lock: writers wait little
-  std::vector<Found> found(keys.size());
-  std::vector<std::string> ids(std::min(keys.size(), kChunk));
-  for (size_t start = 0; start < keys.size(); start += kChunk) {
-    const size_t n = std::min(kChunk, keys.size() - start);
-    for (size_t i = 0; i < n; ++i) {
-      ids[i].clear();
-      AppendKeyId(*keys[start + i], &ids[i]);
-    }
+  std::vector<Found> found(n);
+  std::vector<std::string> buffers(std::min(n, kChunk));
+  std::vector<absl::string_view> ids(std::min(n, kChunk));
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t m = std::min(kChunk, n - start);
+    for (size_t i = 0; i < m; ++i) ids[i] = id_of(start + i, &buffers[i]);
     const absl::Time now = clock_->Now();
     absl::ReaderMutexLock lock(&mu_);
     // Each key's slot is fetched from memory while the next ones are
     // hashed: a large batch otherwise waits on one cache miss per key in
     // turn.
-    for (size_t i = 0; i < n; ++i) slots_.prefetch(ids[i]);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < m; ++i) slots_.prefetch(ids[i]);
+    for (size_t i = 0; i < m; ++i) {
       auto it = slots_.find(ids[i]);
-      found[start + i] =
-          FindLocked(keys[start + i]->candidate_set(),
-                     it == slots_.end() ? nullptr : &it->second, now);
+      found[start + i] = FindLocked(
+          set_of(start + i), it == slots_.end() ? nullptr : &it->second, now);
       if (found[start + i].stale_usable) CountUseLocked(ids[i]);
     }
   }
   return found;
+}
+
+std::vector<Arbiter::Found> Arbiter::Find(
+    absl::Span<const v1::Key* const> keys) const {
+  return FindEach(
+      keys.size(),
+      [keys](size_t i, std::string* buffer) {
+        buffer->clear();
+        AppendKeyId(*keys[i], buffer);
+        return absl::string_view(*buffer);
+      },
+      [keys](size_t i) { return absl::string_view(keys[i]->candidate_set()); });
+}
+
+std::vector<Arbiter::Found> Arbiter::FindIds(
+    absl::Span<const std::string> key_ids,
+    absl::string_view candidate_set) const {
+  return FindEach(
+      key_ids.size(),
+      [key_ids](size_t i, std::string*) {
+        return absl::string_view(key_ids[i]);
+      },
+      [candidate_set](size_t) { return candidate_set; });
 }
 
 v1::KeyStatus Arbiter::Lookup(const v1::Key& key) const {

@@ -135,6 +135,11 @@ class Arbiter {
   // per few hundred keys, so writers wait little behind a large batch.
   std::vector<Found> Find(absl::Span<const v1::Key* const> keys) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for keys given by their KeyId, all of one candidate set: no
+  // v1::Key is built (the Redis front door's MGET).
+  std::vector<Found> FindIds(absl::Span<const std::string> key_ids,
+                             absl::string_view candidate_set) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Find(key) as a KeyStatus, the entry parsed (Watch, TuneDense).
   v1::KeyStatus Lookup(const v1::Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -323,8 +328,13 @@ class Arbiter {
   bool FingerprintMatches(const std::string& digest) const;
   bool UsableWhenStale(bool fingerprint_matches, bool same_device_model) const;
   // One more use of key_id's stale-but-usable entry (Find).
-  void CountUseLocked(const std::string& key_id) const
+  void CountUseLocked(absl::string_view key_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Find of keys 0..n-1: key i's id is id_of(i, &buffer) (a view of the
+  // buffer or of the caller's own string), its candidate set set_of(i).
+  template <typename IdOf, typename SetOf>
+  std::vector<Found> FindEach(size_t n, IdOf id_of, SetOf set_of) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   v1::KeyStatus StatusLocked(const v1::Key& key, const Slot* slot,
                              absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {

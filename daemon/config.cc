@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/device_identity.h"
+#include "proto/validation.h"
 
 namespace gputune {
 namespace {
@@ -257,6 +258,10 @@ const std::vector<Option>& Options() {
            "comma-separated fnmatch patterns of single-flighted keys (empty: "
            "Inductor's and Triton's autotune keys)",
            &Config::redis_tuned_keys),
+      Int("redis_max_value",
+          "largest value a Redis SET stores, in bytes (a larger one gets an "
+          "error); with --fleet, values over 1 MiB stay on this daemon",
+          &Config::redis_max_value, 1, static_cast<int>(kMaxRedisValueBytes)),
       OneOf("log_level", "trace | debug | info | warn | error | critical | off",
             &Config::log_level,
             {"trace", "debug", "info", "warn", "error", "critical", "off"}),

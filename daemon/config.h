@@ -129,6 +129,9 @@ struct Config {
   // Comma list of fnmatch(3) patterns of tuned keys; empty: the defaults
   // (Inductor's and Triton's autotune keys, daemon/redis/redis_keys.h).
   std::string redis_tuned_keys;
+  // The largest value a SET stores, in bytes (at most kMaxRedisValueBytes,
+  // 32 MiB): Triton's remote cache keeps compiled kernels there.
+  int redis_max_value = 8 << 20;
 
   // Logging: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";

@@ -125,6 +125,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     ro.allow_insecure_tcp = config.allow_insecure_tcp;
     ro.claim_ttl = config.redis_claim_ttl;
     ro.wait = config.redis_wait;
+    ro.max_value = static_cast<size_t>(config.redis_max_value);
+    ro.limits = redis::LimitsFor(ro.max_value);
     ro.idle_timeout = config.max_connection_idle;
     ro.tuned_patterns =
         config.redis_tuned_keys.empty()

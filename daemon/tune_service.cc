@@ -29,6 +29,9 @@ namespace {
 
 constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
+// A ListEntries page's entries at most, in bytes (one larger entry is sent
+// alone): well under the 64 MiB gRPC message clients accept.
+constexpr size_t kMaxListAnswerBytes = 16 << 20;
 constexpr int kMaxImportEntries = 100000;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -734,12 +737,23 @@ grpc::ServerUnaryReactor* TuneServiceImpl::ListEntries(
         if (page->rows == limit) {
           response->set_next_page_token(EncodePageToken(page->last_key_id));
         }
+        size_t bytes = 0;
         for (v1::Entry& entry : page->entries) {
+          if (!request->with_measurements()) entry.clear_measurements();
+          const size_t size = entry.ByteSizeLong();
+          if (bytes > 0 && bytes + size > kMaxListAnswerBytes) {
+            // Large entries (Redis values of several MiB): the page ends
+            // here, so the answer fits a gRPC message; the next one starts
+            // after the last entry sent.
+            response->set_next_page_token(EncodePageToken(
+                KeyId(response->entries(response->entries_size() - 1).key())));
+            break;
+          }
+          bytes += size;
           const bool hit = !info_.fingerprint_digest ||
                            FingerprintDigest(entry.fingerprint()) ==
                                *info_.fingerprint_digest;
           response->add_states(hit ? v1::KEY_STATE_HIT : v1::KEY_STATE_STALE);
-          if (!request->with_measurements()) entry.clear_measurements();
           *response->add_entries() = std::move(entry);
         }
         return absl::OkStatus();

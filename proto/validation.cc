@@ -212,9 +212,12 @@ absl::Status ValidateExecution(const v1::Execution& exec,
       return s;
     }
   }
-  if (exec.data().size() > kMaxExecutionData) {
+  const size_t max_data = exec.kernel() == kRedisValueKernel
+                              ? kMaxRedisValueBytes
+                              : kMaxExecutionData;
+  if (exec.data().size() > max_data) {
     return Invalid({field, ".data"},
-                   absl::StrCat("at most ", kMaxExecutionData, " bytes"));
+                   absl::StrCat("at most ", max_data, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -294,10 +297,15 @@ absl::Status ValidateEntry(const v1::Entry& entry, absl::string_view field) {
       !s.ok()) {
     return s;
   }
-  if (const size_t size = entry.ByteSizeLong(); size > kMaxEntryBytes) {
-    return Invalid(field, absl::StrCat("at most ", kMaxEntryBytes,
-                                       " bytes serialized, got ", size,
-                                       " (fewer measurements, or less data)"));
+  // A Redis value's entry: its value, and as much besides as any entry.
+  const size_t max_bytes =
+      entry.execution().kernel() == kRedisValueKernel
+          ? kMaxEntryBytes + entry.execution().data().size()
+          : kMaxEntryBytes;
+  if (const size_t size = entry.ByteSizeLong(); size > max_bytes) {
+    return Invalid(
+        field, absl::StrCat("at most ", max_bytes, " bytes serialized, got ",
+                            size, " (fewer measurements, or less data)"));
   }
   return absl::OkStatus();
 }

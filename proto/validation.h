@@ -30,6 +30,13 @@ inline constexpr size_t kMaxReasonLength =
     1024;  // Abandon.reason, measurement error
 inline constexpr size_t kMaxExecutionParams = 64;
 inline constexpr size_t kMaxExecutionData = 64 * 1024;  // Execution.data
+// Execution.data of a value the Redis front door stores (kernel
+// "redis.value", daemon/redis/redis_keys.h): Triton's remote cache keeps
+// compiled kernels of several MiB there. gputuned --redis_max_value bounds
+// what the door accepts, at most this; an entry holding one may be
+// kMaxEntryBytes larger than the value, and still fits a 64 MiB gRPC message.
+inline constexpr char kRedisValueKernel[] = "redis.value";
+inline constexpr size_t kMaxRedisValueBytes = 32 << 20;
 inline constexpr size_t kMaxMeasurements = 1024;
 inline constexpr size_t kMaxFingerprintFieldLength = 256;  // each string
 // A whole serialized Entry (what one Record or imported entry may store).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Redis front door against Debian's redis-server, in the same run, with
 # redis-benchmark (redis-tools): GET of a stored key at 1, 8 and 32
-# connections (p50/p99 latency, throughput), and MGET of 1,000 stored keys.
+# connections (p50/p99 latency, throughput), MGET of 1,000 stored keys, and
+# GET of a 4 MiB value (a Triton kernel binary's size).
 # Not a test: numbers for docs/performance.md.
 #
 #   bench/redis/run.sh build/daemon/gputuned [requests]
@@ -31,6 +32,8 @@ for p in "$ref_port" "$gt_port"; do
   args=()
   for k in "${keys[@]}"; do args+=("$k" "$(printf '%0200d' 0)"); done
   redis-cli -p "$p" MSET "${args[@]}" >/dev/null
+  head -c $((2 << 20)) /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c $((4 << 20)) |
+    redis-cli -p "$p" -x SET big >/dev/null
 done
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
@@ -50,4 +53,6 @@ done
 mget_n=$((requests / 100))
 run redis-server "$ref_port" "MGET 1000" -c 1 -n "$mget_n" MGET "${keys[@]}"
 run gputuned "$gt_port" "MGET 1000" -c 1 -n "$mget_n" MGET "${keys[@]}"
+run redis-server "$ref_port" "GET 4MiB" -c 1 -n "$mget_n" GET big
+run gputuned "$gt_port" "GET 4MiB" -c 1 -n "$mget_n" GET big
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

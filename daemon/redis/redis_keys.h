@@ -15,6 +15,7 @@
 #define GPUTUNE_DAEMON_REDIS_REDIS_KEYS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,32 +24,58 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gputune/v1/tune.pb.h"
+#include "proto/validation.h"
 
 namespace gputune::redis {
 
 inline constexpr char kRedisOp[] = "redis";
 inline constexpr char kRedisCandidateSet[] = "redis";
-inline constexpr char kValueKernel[] = "redis.value";
+inline constexpr const char* kValueKernel = kRedisValueKernel;
 
 // The tune key of a Redis key; OUT_OF_RANGE (with the Redis error line as
 // message) when the escaped key does not fit a CustomKey's params.
 absl::StatusOr<v1::Key> TuneKeyFor(absl::string_view redis_key);
+// KeyId(*TuneKeyFor(redis_key)) into `key_id`, without building the key
+// (the read path); false where TuneKeyFor refuses the key.
+bool KeyIdFor(absl::string_view redis_key, std::string* key_id);
 // The Redis key of a tune key of op "redis"; nullopt for any other key.
 std::optional<std::string> RedisKeyOf(const v1::Key& key);
+
+// Whether a value expiring at `expires_at_ms` (unix milliseconds; none:
+// never) has expired at `now`.
+inline bool ExpiredAt(std::optional<int64_t> expires_at_ms, absl::Time now) {
+  return expires_at_ms && *expires_at_ms <= absl::ToUnixMillis(now);
+}
 
 // A value as stored.
 struct StoredValue {
   std::string value;
   std::optional<int64_t> expires_at_ms;  // unix milliseconds
-  bool Expired(absl::Time now) const {
-    return expires_at_ms && *expires_at_ms <= absl::ToUnixMillis(now);
-  }
+  bool Expired(absl::Time now) const { return ExpiredAt(expires_at_ms, now); }
 };
 // The value an entry (full or summary) holds; nullopt when it is not a
 // Redis value (another kernel: written by something else).
 std::optional<StoredValue> ValueOf(const v1::Entry& entry);
-// The same, moving the value out of `entry` (the lookup path: no copy).
-std::optional<StoredValue> ValueOf(v1::Entry&& entry);
+// Its expiry alone (ValueOf(entry)->expires_at_ms, without the value).
+std::optional<int64_t> ExpiresAt(const v1::Entry& entry);
+
+// A value read in place from the index: `value` points into `entry`, a
+// serialized entry (the summary the arbiter's index shares, never changed),
+// which this keeps alive. The read path of GET and MGET: a hit costs no
+// parse of the whole entry and no copy but the one into the reply (a full
+// parse of a 200-byte value's summary was most of an MGET's time).
+struct IndexedValue {
+  std::shared_ptr<const std::string> entry;
+  absl::string_view value;
+  std::optional<int64_t> expires_at_ms;  // unix milliseconds
+  bool Expired(absl::Time now) const { return ExpiredAt(expires_at_ms, now); }
+};
+// What ValueOf answers for the entry `serialized` holds, reading only its
+// execution's kernel, data and expiry parameters (protobuf's
+// CodedInputStream; the rest of the entry is skipped, not parsed). nullopt
+// when it is not a Redis value, or the bytes are not a well-formed entry.
+std::optional<IndexedValue> IndexedValueOf(
+    std::shared_ptr<const std::string> serialized);
 // The entry for a SET: source CLIENT_MEASURED, measured now.
 v1::Entry EntryFor(const v1::Key& key, const StoredValue& value, absl::Time now,
                    const v1::Fingerprint& fingerprint,

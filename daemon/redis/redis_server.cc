@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -25,6 +26,7 @@
 #include "daemon/arbiter.h"
 #include "daemon/authority.h"
 #include "daemon/clock.h"
+#include "daemon/fleet/fleet_store.h"
 #include "daemon/fleet_hooks.h"
 #include "daemon/listener.h"
 #include "daemon/redis/redis_keys.h"
@@ -134,8 +136,8 @@ class RedisServer::Loop {
     uint64_t serial = 0;
     bool mget = false;
     std::vector<std::string> redis_keys;
-    std::vector<v1::Key> keys;
-    std::vector<std::optional<std::string>> values;
+    std::vector<v1::Key> keys;  // of the tuned misses; empty when none
+    std::vector<std::optional<IndexedValue>> values;
     std::vector<uint64_t> watch_ids;  // 0: not watching
     std::vector<bool> done;
     size_t outstanding = 0;
@@ -196,10 +198,20 @@ class RedisServer::Loop {
   void Auth(Conn& c, RespCommand& args);
   std::string InfoText(absl::string_view section, int64_t keys,
                        int64_t expires);
+  std::string TooLarge() const {
+    return absl::StrCat("ERR value is larger than gputune stores (",
+                        options_.max_value, " bytes, --redis_max_value)");
+  }
 
   // The stored, unexpired value of a Redis key; nullopt when none. Reads
   // the in-memory index only.
-  std::optional<StoredValue> Lookup(const v1::Key& key) const;
+  std::optional<IndexedValue> Lookup(const v1::Key& key) const;
+  // With a fleet: whether `key` has a value of this daemon's fingerprint
+  // (HIT, unexpired), the fleet's first one or on its way to the fleet. A
+  // key's first value is canonical fleet-wide, so a new one would be
+  // refused by the fleet and replaced here by the canonical one: SET, MSET
+  // and EXPIRE leave such a key as it is (docs/integrations.md, "Limits").
+  bool FleetHolds(const v1::Key& key) const;
   // Runs `work` on the store executor; its reply is appended on the loop
   // and the connection resumes.
   void Async(Conn& c, std::function<std::string()> work);
@@ -473,7 +485,9 @@ void RedisServer::Loop::Flush(Conn& c) {
     c.out.clear();
     c.out_sent = 0;
     if (c.close_after_flush) return Close(c, "");
-  } else if (c.out_sent > (1 << 20)) {
+  } else if (c.out_sent > std::max<size_t>(1 << 20, c.out.size() / 2)) {
+    // Half of what waits is sent: drop it (so a reply of many MiB, sent a
+    // socket buffer at a time, is moved a few times, not once per send).
     c.out.erase(0, c.out_sent);
     c.out_sent = 0;
   }
@@ -588,19 +602,24 @@ std::string RedisServer::Loop::Holder(const Conn& c) const {
 namespace {
 // The unexpired value an index answer holds (HIT and STALE carry the
 // entry's summary); nullopt when none.
-std::optional<StoredValue> ValueOfFound(const Arbiter::Found& found,
-                                        absl::Time now) {
-  if (found.entry == nullptr) return std::nullopt;
-  v1::Entry entry;
-  if (!entry.ParseFromString(*found.entry)) return std::nullopt;
-  std::optional<StoredValue> value = ValueOf(std::move(entry));
+std::optional<IndexedValue> ValueOfFound(const Arbiter::Found& found,
+                                         absl::Time now) {
+  std::optional<IndexedValue> value = IndexedValueOf(found.entry);
   if (!value || value->Expired(now)) return std::nullopt;
   return value;
 }
 }  // namespace
 
-std::optional<StoredValue> RedisServer::Loop::Lookup(const v1::Key& key) const {
+std::optional<IndexedValue> RedisServer::Loop::Lookup(
+    const v1::Key& key) const {
   return ValueOfFound(deps_.arbiter->Find(key), deps_.clock->Now());
+}
+
+bool RedisServer::Loop::FleetHolds(const v1::Key& key) const {
+  if (deps_.fleet == nullptr) return false;
+  const Arbiter::Found found = deps_.arbiter->Find(key);
+  return found.state == v1::KEY_STATE_HIT &&
+         ValueOfFound(found, deps_.clock->Now()).has_value();
 }
 
 void RedisServer::Loop::Async(Conn& c, std::function<std::string()> work) {
@@ -622,11 +641,42 @@ void RedisServer::Loop::Async(Conn& c, std::function<std::string()> work) {
   });
 }
 
+namespace {
+// Whether the fleet can hold `entry`: a fleet row holds at most
+// kMaxFleetEntryBytes (a CHECK in its schema). A larger value stays here.
+bool FitsFleet(const v1::Entry& entry) {
+  return entry.ByteSizeLong() <= fleet::kMaxFleetEntryBytes;
+}
+void LogLocalOnly(const v1::Entry& entry) {
+  spdlog::info(
+      "redis: the value of {} is {} bytes, more than a fleet row holds ({}): "
+      "kept on this daemon only, not published",
+      KeyText(entry.key()), entry.execution().data().size(),
+      fleet::kMaxFleetEntryBytes);
+}
+}  // namespace
+
 absl::Status RedisServer::Loop::PutPlain(
     const std::vector<v1::Entry>& entries) {
-  if (deps_.fleet != nullptr) return deps_.fleet->Import(entries);
-  if (absl::Status s = deps_.store->PutAll(entries); !s.ok()) return s;
-  deps_.arbiter->Install(entries);
+  std::vector<v1::Entry> local;
+  if (deps_.fleet != nullptr) {
+    std::vector<v1::Entry> shared;
+    for (const v1::Entry& entry : entries) {
+      if (FitsFleet(entry)) {
+        shared.push_back(entry);
+      } else {
+        LogLocalOnly(entry);
+        local.push_back(entry);
+      }
+    }
+    if (!shared.empty()) {
+      if (absl::Status s = deps_.fleet->Import(shared); !s.ok()) return s;
+    }
+    if (local.empty()) return absl::OkStatus();
+  }
+  const std::vector<v1::Entry>& put = deps_.fleet != nullptr ? local : entries;
+  if (absl::Status s = deps_.store->PutAll(put); !s.ok()) return s;
+  deps_.arbiter->Install(put);
   return absl::OkStatus();
 }
 
@@ -635,14 +685,19 @@ absl::Status RedisServer::Loop::PutAsHolder(uint64_t claim_id,
   absl::StatusOr<Arbiter::RecordTicket> ticket =
       deps_.arbiter->BeginRecord(claim_id, ClaimKind::kRedis);
   if (!ticket.ok()) return PutPlain({entry});  // the lease lapsed: a plain SET
-  absl::Status s = deps_.fleet != nullptr ? deps_.fleet->PersistRecord(entry)
-                                          : deps_.store->Put(entry);
+  // Too large for the fleet: recorded here only; the fleet claim behind the
+  // local one is released when the fleet tier sees the key is no longer
+  // being tuned here.
+  const bool shared = deps_.fleet != nullptr && FitsFleet(entry);
+  if (deps_.fleet != nullptr && !shared) LogLocalOnly(entry);
+  absl::Status s =
+      shared ? deps_.fleet->PersistRecord(entry) : deps_.store->Put(entry);
   if (!s.ok()) {
     deps_.arbiter->CancelRecord(*ticket);
     return s;
   }
   deps_.arbiter->CommitRecord(*ticket, entry);
-  if (deps_.fleet != nullptr) deps_.fleet->RecordCommitted(ticket->key);
+  if (shared) deps_.fleet->RecordCommitted(ticket->key);
   return absl::OkStatus();
 }
 
@@ -744,26 +799,32 @@ void RedisServer::Loop::Get(Conn& c, RespCommand& args, bool mget) {
   read->watch_ids.assign(n, 0);
   read->done.assign(n, true);
   std::vector<size_t> missing;
-  std::vector<const v1::Key*> storable;  // keys short enough to be stored
+  // The key ids of the keys short enough to be stored (the others are
+  // nil), looked up without building a v1::Key: the hit path.
+  std::vector<std::string> ids;
   std::vector<size_t> storable_index;
-  read->keys.resize(n);
+  ids.reserve(n);
+  std::string id;
   for (size_t i = 0; i < n; ++i) {
-    absl::StatusOr<v1::Key> key = TuneKeyFor(args[i + 1]);
+    if (KeyIdFor(args[i + 1], &id)) {
+      ids.push_back(std::move(id));
+      storable_index.push_back(i);
+    }
     read->redis_keys.push_back(std::move(args[i + 1]));
-    if (!key.ok()) continue;  // too long to be stored: nil
-    read->keys[i] = std::move(*key);
-    storable.push_back(&read->keys[i]);
-    storable_index.push_back(i);
   }
   // One index pass for all keys (the reader lock once per few hundred).
-  const std::vector<Arbiter::Found> found = deps_.arbiter->Find(storable);
+  const std::vector<Arbiter::Found> found =
+      deps_.arbiter->FindIds(ids, kRedisCandidateSet);
   const absl::Time now = deps_.clock->Now();
   for (size_t j = 0; j < found.size(); ++j) {
     const size_t i = storable_index[j];
-    if (std::optional<StoredValue> v = ValueOfFound(found[j], now)) {
-      read->values[i] = std::move(v->value);
+    if (std::optional<IndexedValue> v = ValueOfFound(found[j], now)) {
+      read->values[i] = std::move(v);
     } else if (tuned_.Matches(read->redis_keys[i]) &&
-               !c.claims.contains(KeyId(read->keys[i]))) {
+               !c.claims.contains(ids[j])) {
+      // Single flight needs the key itself (claims, watches).
+      if (read->keys.empty()) read->keys.resize(n);
+      read->keys[i] = *TuneKeyFor(read->redis_keys[i]);
       read->done[i] = false;
       missing.push_back(i);
     }
@@ -829,9 +890,7 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
           return;
         } else {
           // HIT (set meanwhile), BACKOFF or an error: answer what is there.
-          if (std::optional<StoredValue> v = Lookup(key)) {
-            read.values[index] = std::move(v->value);
-          }
+          read.values[index] = Lookup(key);
           read.done[index] = true;
           --read.outstanding;
         }
@@ -843,14 +902,9 @@ void RedisServer::Loop::ResolveMissing(Conn& c, uint64_t serial, size_t index) {
       --in_flight_;
     };
     // An expired value still in the index makes the key a HIT: drop it.
-    const Arbiter::Found found = deps_.arbiter->Find(key);
-    if (found.entry != nullptr) {
-      v1::Entry entry;
-      if (entry.ParseFromString(*found.entry)) {
-        std::optional<StoredValue> v = ValueOf(entry);
-        if (v && v->Expired(deps_.clock->Now())) (void)DeleteIds({KeyId(key)});
-      }
-    }
+    const std::optional<IndexedValue> v =
+        IndexedValueOf(deps_.arbiter->Find(key).entry);
+    if (v && v->Expired(deps_.clock->Now())) (void)DeleteIds({KeyId(key)});
     if (deps_.fleet != nullptr) {
       deps_.fleet->Claim(key, holder, ttl, ClaimKind::kRedis,
                          absl::InfiniteFuture(), answer);
@@ -871,19 +925,34 @@ void RedisServer::Loop::OnWatch(Conn& c, uint64_t serial, size_t index,
     // The holder left without a SET: try to become the holder.
     return ResolveMissing(c, serial, index);
   }
-  if (std::optional<StoredValue> v = Lookup(read.keys[index])) {
-    read.values[index] = std::move(v->value);
-  }
+  read.values[index] = Lookup(read.keys[index]);
   read.done[index] = true;
   if (--read.outstanding == 0) FinishRead(c);
 }
 
 void RedisServer::Loop::FinishRead(Conn& c) {
   std::unique_ptr<PendingRead> read = std::move(c.read);
+  size_t bytes = 0;
+  for (const std::optional<IndexedValue>& v : read->values) {
+    bytes += v ? v->value.size() : 0;
+  }
+  if (bytes > options_.max_reply_bytes) {
+    // An MGET of many large values (or one repeated): refused rather than
+    // built, so that one command cannot make the daemon hold gigabytes.
+    AppendError(&c.out,
+                absl::StrCat("ERR the values asked for are ", bytes,
+                             " bytes, more than gputune answers at once (",
+                             options_.max_reply_bytes, "): ask for fewer"));
+    if (c.busy) Resume(c);
+    return;
+  }
+  // One allocation for the whole reply (an MGET of 1,000 values otherwise
+  // grows the buffer a dozen times, moving it each time).
+  c.out.reserve(c.out.size() + bytes + 32 * (read->values.size() + 1));
   if (read->mget) AppendArrayHeader(&c.out, read->values.size());
-  for (const std::optional<std::string>& v : read->values) {
+  for (const std::optional<IndexedValue>& v : read->values) {
     if (v) {
-      AppendBulk(&c.out, *v);
+      AppendBulk(&c.out, v->value);
     } else {
       AppendNil(&c.out);
     }
@@ -940,10 +1009,8 @@ void RedisServer::Loop::Set(Conn& c, RespCommand& args) {
   }
   absl::StatusOr<v1::Key> key = TuneKeyFor(args[1]);
   if (!key.ok()) return AppendError(&c.out, key.status().message());
-  if (args[2].size() > kMaxExecutionData) {
-    return AppendError(&c.out,
-                       absl::StrCat("ERR value is larger than gputune stores (",
-                                    kMaxExecutionData, " bytes)"));
+  if (args[2].size() > options_.max_value) {
+    return AppendError(&c.out, TooLarge());
   }
   const std::string key_id = KeyId(*key);
   auto claim = c.claims.find(key_id);
@@ -954,7 +1021,7 @@ void RedisServer::Loop::Set(Conn& c, RespCommand& args) {
   Async(c,
         [this, key = *key, value = std::move(value), nx, xx, get, keepttl,
          claim_id, holder]() mutable -> std::string {
-          std::optional<StoredValue> old = Lookup(key);
+          std::optional<IndexedValue> old = Lookup(key);
           std::string reply;
           if (get) {
             if (old) {
@@ -967,6 +1034,14 @@ void RedisServer::Loop::Set(Conn& c, RespCommand& args) {
             if (claim_id != 0)
               (void)deps_.arbiter->Abandon(claim_id, ClaimKind::kRedis);
             if (!get) AppendNil(&reply);
+            return reply;
+          }
+          if (old && FleetHolds(key)) {
+            // Not written, so that GET answers what the fleet holds from now
+            // on, not for a moment the value it will take back.
+            if (claim_id != 0)
+              (void)deps_.arbiter->Abandon(claim_id, ClaimKind::kRedis);
+            if (!get) AppendSimple(&reply, "OK");
             return reply;
           }
           if (keepttl && old) value.expires_at_ms = old->expires_at_ms;
@@ -995,10 +1070,8 @@ void RedisServer::Loop::MSet(Conn& c, RespCommand& args) {
   for (size_t i = 1; i + 1 < args.size(); i += 2) {
     absl::StatusOr<v1::Key> key = TuneKeyFor(args[i]);
     if (!key.ok()) return AppendError(&c.out, key.status().message());
-    if (args[i + 1].size() > kMaxExecutionData) {
-      return AppendError(
-          &c.out, absl::StrCat("ERR value is larger than gputune stores (",
-                               kMaxExecutionData, " bytes)"));
+    if (args[i + 1].size() > options_.max_value) {
+      return AppendError(&c.out, TooLarge());
     }
     items.push_back({*key, StoredValue{std::move(args[i + 1]), std::nullopt}});
   }
@@ -1017,6 +1090,11 @@ void RedisServer::Loop::MSet(Conn& c, RespCommand& args) {
     std::vector<v1::Entry> plain;
     for (size_t i = 0; i < items.size(); ++i) {
       if (last[KeyId(items[i].key)] != i) continue;
+      if (FleetHolds(items[i].key)) {  // its first value stays
+        if (items[i].claim_id != 0)
+          (void)deps_.arbiter->Abandon(items[i].claim_id, ClaimKind::kRedis);
+        continue;
+      }
       v1::Entry entry = EntryFor(items[i].key, items[i].value, now,
                                  deps_.fingerprint, holder);
       if (items[i].claim_id != 0) {
@@ -1073,7 +1151,7 @@ void RedisServer::Loop::Exists(Conn& c, RespCommand& args) {
 
 void RedisServer::Loop::Ttl(Conn& c, RespCommand& args, bool millis) {
   absl::StatusOr<v1::Key> key = TuneKeyFor(args[1]);
-  std::optional<StoredValue> v;
+  std::optional<IndexedValue> v;
   if (key.ok()) v = Lookup(*key);
   if (!v) return AppendInteger(&c.out, -2);
   if (!v->expires_at_ms) return AppendInteger(&c.out, -1);
@@ -1122,32 +1200,35 @@ void RedisServer::Loop::Expire(Conn& c, RespCommand& args) {
     }
   }
   const std::string holder = Holder(c);
-  Async(c,
-        [this, key = *key, remove, at, nx, xx, gt, lt, now_ms,
-         holder]() -> std::string {
-          std::optional<StoredValue> v = Lookup(key);
-          if (!v) return ":0\r\n";
-          const int64_t new_at = remove ? now_ms : *at;
-          const bool has = v->expires_at_ms.has_value();
-          if ((nx && has) || (xx && !has) ||
-              (gt && (!has || new_at <= *v->expires_at_ms)) ||
-              (lt && has && new_at >= *v->expires_at_ms)) {
-            return ":0\r\n";
-          }
-          if (remove) {
-            absl::StatusOr<std::vector<std::string>> gone =
-                DeleteIds({KeyId(key)});
-            if (!gone.ok()) return StoreError(gone.status());
-            return ":1\r\n";
-          }
-          v->expires_at_ms = new_at;
-          if (absl::Status s = PutPlain({EntryFor(key, *v, deps_.clock->Now(),
-                                                  deps_.fingerprint, holder)});
-              !s.ok()) {
-            return StoreError(s);
-          }
+  Async(
+      c,
+      [this, key = *key, remove, at, nx, xx, gt, lt, now_ms,
+       holder]() -> std::string {
+        std::optional<IndexedValue> v = Lookup(key);
+        if (!v) return ":0\r\n";
+        // The fleet's entry, expiry included, would come back.
+        if (!remove && FleetHolds(key)) return ":0\r\n";
+        const int64_t new_at = remove ? now_ms : *at;
+        const bool has = v->expires_at_ms.has_value();
+        if ((nx && has) || (xx && !has) ||
+            (gt && (!has || new_at <= *v->expires_at_ms)) ||
+            (lt && has && new_at >= *v->expires_at_ms)) {
+          return ":0\r\n";
+        }
+        if (remove) {
+          absl::StatusOr<std::vector<std::string>> gone =
+              DeleteIds({KeyId(key)});
+          if (!gone.ok()) return StoreError(gone.status());
           return ":1\r\n";
-        });
+        }
+        const StoredValue renewed{std::string(v->value), new_at};
+        if (absl::Status s = PutPlain({EntryFor(
+                key, renewed, deps_.clock->Now(), deps_.fingerprint, holder)});
+            !s.ok()) {
+          return StoreError(s);
+        }
+        return ":1\r\n";
+      });
 }
 
 void RedisServer::Loop::Count(
@@ -1158,17 +1239,20 @@ void RedisServer::Loop::Count(
     int64_t keys = 0, expires = 0;
     const absl::Time now = deps_.clock->Now();
     std::string after;
+    // Pages of full entries: values may be MiB each (--redis_max_value).
+    constexpr int kPage = 64;
     while (true) {
       absl::StatusOr<storage::ListPage> page =
-          deps_.store->List(query, after, 1000);
+          deps_.store->List(query, after, kPage);
       if (!page.ok()) return StoreError(page.status());
       for (const v1::Entry& entry : page->entries) {
-        std::optional<StoredValue> v = ValueOf(entry);
-        if (!v || v->Expired(now)) continue;
+        if (entry.execution().kernel() != kValueKernel) continue;
+        const std::optional<int64_t> at = ExpiresAt(entry);  // no copy
+        if (ExpiredAt(at, now)) continue;
         ++keys;
-        if (v->expires_at_ms) ++expires;
+        if (at) ++expires;
       }
-      if (page->rows < 1000) break;
+      if (page->rows < kPage) break;
       after = page->last_key_id;
     }
     return reply(keys, expires);
@@ -1347,6 +1431,17 @@ std::string RedisServer::Loop::InfoText(absl::string_view section, int64_t keys,
 }
 
 // ---------------------------------------------------------------------------
+
+RespLimits LimitsFor(size_t max_value) {
+  RespLimits limits;
+  limits.max_bulk_bytes =
+      std::max(limits.max_bulk_bytes, max_value + (size_t{1} << 20));
+  limits.max_command_bytes =
+      std::max(limits.max_command_bytes, limits.max_bulk_bytes + (1 << 20));
+  limits.max_buffered_bytes =
+      std::max(limits.max_buffered_bytes, limits.max_command_bytes + (1 << 20));
+  return limits;
+}
 
 absl::Status CheckExposure(const RedisServerOptions& options) {
   for (const std::string& address : options.addresses) {

@@ -69,10 +69,28 @@ struct RedisServerOptions {
   absl::Duration wait = absl::Minutes(10);
   absl::Duration idle_timeout = absl::Minutes(10);  // zero: never
   std::vector<std::string> tuned_patterns;
+  // The largest value a SET stores (at most kMaxRedisValueBytes); a larger
+  // one is refused with a Redis error and nothing stored. With a fleet, a
+  // value whose entry is over the fleet's row bound (kMaxFleetEntryBytes) is
+  // kept on this daemon only.
+  size_t max_value = 8 << 20;
+  // Set for max_value by LimitsFor (daemon.cc): values a little over
+  // max_value still get that error rather than a closed connection.
   RespLimits limits;
   size_t max_output_bytes = 32 << 20;
+  // One reply at most (an MGET of many large values): a larger one is
+  // answered with an error instead, so no connection makes the daemon hold
+  // more than this for it.
+  size_t max_reply_bytes = 64 << 20;
   int reserve_fds = 64;
 };
+
+// The request reader's bounds for a door that stores values up to
+// `max_value`: an argument may be max_value + 1 MiB (a SET up to that far
+// over the bound is answered an error; beyond it, as any over-long argument,
+// closes the connection), and a command and the bytes waiting on a
+// connection hold at least one such argument.
+RespLimits LimitsFor(size_t max_value);
 
 // What the front door uses of the daemon; every pointer but fleet must be
 // set and outlive Stop().

@@ -1,11 +1,17 @@
 #include "daemon/redis/resp_reader.h"
 
 #include <hiredis/read.h>
+extern "C" {  // hiredis 0.14's sds.h declares C functions without it
+#include <hiredis/sds.h>
+}
 
+#include <cstring>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace gputune::redis {
 namespace {
@@ -153,9 +159,76 @@ absl::Status RespReader::Feed(const char* data, size_t size) {
   return absl::OkStatus();
 }
 
+bool RespReader::AtRequestStart() const {
+  // hiredis's task stack: empty, or its root task not yet typed (a read
+  // that found no byte leaves it so).
+  return reader_ != nullptr &&
+         (reader_->ridx == -1 ||
+          (reader_->ridx == 0 && reader_->rstack[0].type < 0));
+}
+
+absl::StatusOr<std::optional<RespCommand>> RespReader::NextInline() {
+  const absl::string_view rest(reader_->buf + reader_->pos,
+                               reader_->len - reader_->pos);
+  const size_t newline = rest.find('\n');
+  if (newline == absl::string_view::npos) {
+    if (rest.size() > kMaxInlineBytes) {
+      return failed_ = absl::ResourceExhaustedError(
+                 "ERR Protocol error: too big inline request");
+    }
+    return std::nullopt;
+  }
+  if (newline > kMaxInlineBytes) {
+    return failed_ = absl::ResourceExhaustedError(
+               "ERR Protocol error: too big inline request");
+  }
+  absl::string_view line = rest.substr(0, newline);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.find_first_of("\"'") != absl::string_view::npos) {
+    // Redis unquotes (sdssplitargs); that is a parser of its own, which
+    // this reader does not have.
+    return failed_ = absl::InvalidArgumentError(
+               "ERR Protocol error: quotes in an inline command are not "
+               "supported by gputune; send the command as RESP (redis-cli "
+               "does)");
+  }
+  RespCommand args =
+      absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"), absl::SkipEmpty());
+  reader_->pos += newline + 1;
+  if (reader_->pos >= 1024) {  // as hiredis discards what it has read
+    sdsrange(reader_->buf, static_cast<int>(reader_->pos), -1);
+    reader_->pos = 0;
+    reader_->len = sdslen(reader_->buf);
+  }
+  // The bounds of a multibulk, with its errors.
+  if (args.size() > limits_.max_arguments) {
+    return failed_ = absl::ResourceExhaustedError(
+               "ERR Protocol error: invalid multibulk length");
+  }
+  for (const std::string& arg : args) {
+    if (arg.size() > limits_.max_bulk_bytes) {
+      return failed_ = absl::ResourceExhaustedError(
+                 "ERR Protocol error: invalid bulk length");
+    }
+  }
+  if (line.size() > limits_.max_command_bytes) {
+    return failed_ = absl::ResourceExhaustedError(
+               absl::StrCat("ERR Protocol error: command larger than ",
+                            limits_.max_command_bytes, " bytes"));
+  }
+  return std::optional<RespCommand>(std::move(args));  // empty: a blank line
+}
+
 absl::StatusOr<std::optional<RespCommand>> RespReader::Next() {
   while (true) {
     if (!failed_.ok()) return failed_;
+    if (AtRequestStart() && reader_->pos < reader_->len &&
+        reader_->buf[reader_->pos] != '*') {
+      absl::StatusOr<std::optional<RespCommand>> line = NextInline();
+      if (!line.ok() || !line->has_value()) return line;
+      if ((*line)->empty()) continue;  // Redis skips blank lines
+      return line;
+    }
     void* object = nullptr;
     if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
       if (!refused_.ok()) {

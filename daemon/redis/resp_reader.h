@@ -11,10 +11,14 @@
 //     ... run **c ...
 //   }
 //
-// A request is what Redis 7 calls a multibulk: an array of bulk strings.
-// Anything else (a nested array, an integer or status inside the array, an
-// inline command such as "PING\r\n" typed into telnet) is a protocol error.
-// Empty and null arrays ("*0", "*-1") are skipped, as Redis skips them.
+// A request is what Redis 7 calls a multibulk (an array of bulk strings),
+// or, when it does not start with '*', an inline command as typed into
+// telnet or nc ("GET key\r\n"): a line of at most 64 KiB split at spaces
+// and tabs. Redis also unquotes inline arguments ("..." and '...'); an
+// inline command holding a quote is refused here (a parser of its own that
+// this reader leaves out). Anything else (a nested array, an integer or
+// status inside the array) is a protocol error. Empty and null arrays ("*0",
+// "*-1") and blank lines are skipped, as Redis skips them.
 //
 // Errors are INVALID_ARGUMENT (malformed) or RESOURCE_EXHAUSTED (over a
 // bound), and their message is the Redis error line to send without the
@@ -66,8 +70,16 @@ class RespReader {
   // Bytes fed and not yet consumed by Next.
   size_t buffered() const;
 
+  // Redis's PROTO_INLINE_MAX_SIZE: an inline command's line at most.
+  static constexpr size_t kMaxInlineBytes = 64 << 10;
+
  private:
   friend struct ReaderCallbacks;
+  // Whether hiredis has read nothing of the next request yet.
+  bool AtRequestStart() const;
+  // The inline command at the reader's position (see above): nullopt when
+  // its line is not complete, an empty command for a blank line.
+  absl::StatusOr<std::optional<RespCommand>> NextInline();
   const RespLimits limits_;
   redisReader* reader_ = nullptr;
   // Set by the object callbacks when they refuse a request; hiredis then

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Hostile input to the Redis front door: oversize bulk, a million
-arguments, an endless request, an inline command, 2,000 idle connections.
+arguments, an endless request, inline commands, 2,000 idle connections.
 Each gets a Redis error and a closed connection (or is just held, cheaply);
 nothing stored changes; the daemon stays up, bounded in memory, and keeps
 answering Redis and gRPC.
@@ -58,8 +58,9 @@ def still_serving():
 
 
 def test_oversize_bulk():
-    """a 2 MB value (over the 1 MiB bulk bound): error, closed, nothing stored"""
-    data = b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$2000000\r\n" + b"x" * 2000000 + b"\r\n"
+    """a 10 MB value (over the 9 MiB bulk bound): error, closed, nothing stored"""
+    data = (b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$10000000\r\n" +
+            b"x" * 10000000 + b"\r\n")
     got = session(data)
     assert got == b"-ERR Protocol error: invalid bulk length\r\n", got[:200]
     assert D.client().get("big") is None
@@ -82,11 +83,21 @@ def test_endless_request():
     still_serving()
 
 
-def test_inline_command_refused():
-    """an inline command (telnet style): a protocol error, closed"""
-    got = session(b"SET k v\r\n")
-    assert got.startswith(b"-ERR Protocol error"), got
-    assert D.client().get("k") is None
+def test_inline_commands():
+    """inline commands (telnet) run; with quotes: an error, closed, unstored"""
+    s = socket.create_connection(("127.0.0.1", D.port), timeout=120)
+    s.sendall(b"SET inl v\r\nGET inl\r\n")
+    got = b""
+    while len(got) < len(b"+OK\r\n$1\r\nv\r\n"):
+        c = s.recv(1 << 16)
+        assert c, got
+        got += c
+    s.close()
+    assert got == b"+OK\r\n$1\r\nv\r\n", got
+    got = session(b'SET inl "v 2"\r\n')
+    assert got.startswith(b"-ERR Protocol error: quotes"), got
+    assert D.client().get("inl") == b"v"
+    still_serving()
 
 
 def test_replies_beyond_the_output_bound():
@@ -133,7 +144,7 @@ if __name__ == "__main__":
     D = harness.Daemon(GPUTUNED)
     try:
         harness.run_tests([test_oversize_bulk, test_a_million_arguments,
-                           test_endless_request, test_inline_command_refused,
+                           test_endless_request, test_inline_commands,
                            test_replies_beyond_the_output_bound,
                            test_idle_connections])
     finally:

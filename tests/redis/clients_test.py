@@ -114,6 +114,62 @@ def test_acknowledged_sets_survive_kill_9_and_ttls_persist():
         d.close()
 
 
+def test_kernel_sized_values():
+    """4 MiB values via redis-py and redis-cli, kept across kill -9; over
+    --redis_max_value: an error and nothing stored (Triton's compiled
+    kernels are a few MiB)"""
+    import redis
+    d = harness.Daemon(GPUTUNED)
+    try:
+        r = d.client()
+        cubin = os.urandom(4 << 20)
+        key = "triton:0a1b2c:matmul_kernel.cubin"
+        assert r.set(key, cubin)
+        assert r.mget([key, "triton:0a1b2c:matmul_kernel.json"]) == [cubin, None]
+        # redis-cli: the value from stdin (-x: too long for an argument).
+        text = os.urandom(2 << 20).hex()  # 4 MiB of text
+        with open(os.path.join(d.dir, "value"), "w") as f:
+            f.write(text)
+        with open(os.path.join(d.dir, "value")) as f:
+            out = subprocess.run(["redis-cli", "-p", str(d.port), "-x", "SET",
+                                  "blob"], stdin=f, capture_output=True,
+                                 text=True, timeout=120)
+        assert out.stdout.strip() == "OK", out
+        got = subprocess.run(["redis-cli", "-p", str(d.port), "GET", "blob"],
+                             capture_output=True, text=True, timeout=120)
+        assert got.stdout == text + "\n", got.stdout[:100]
+        shown = ctl(d, "--json", "get", f"redis/k={key}@redis")
+        assert shown.returncode == 0, shown.stderr
+        listed = ctl(d, "list", "--op=redis")
+        assert listed.returncode == 0 and "blob" in listed.stdout, listed
+        d.kill9()
+        d.start()
+        r = d.client()
+        assert r.get(key) == cubin
+        assert r.get("blob") == text.encode()
+    finally:
+        d.close()
+    small = harness.Daemon(GPUTUNED, ["--redis_max_value=1048576"])
+    try:
+        r = small.client()
+        assert r.set("fits", b"y" * (1 << 20))
+        for size in ((1 << 20) + 1, 2 << 20):  # the error, connection kept
+            try:
+                r.set("over", b"z" * size)
+                raise AssertionError("a value over --redis_max_value was stored")
+            except redis.exceptions.ResponseError as e:
+                assert "larger than gputune stores (1048576 bytes" in str(e), e
+        assert r.get("over") is None and r.dbsize() == 1
+        try:
+            r.mset({"a": "1", "over": b"z" * ((1 << 20) + 1)})
+            raise AssertionError("an MSET over --redis_max_value was stored")
+        except redis.exceptions.ResponseError as e:
+            assert "larger than gputune stores" in str(e), e
+        assert r.get("a") is None and r.dbsize() == 1
+    finally:
+        small.close()
+
+
 def test_auth_and_exposure():
     """AUTH with --redis_password_file; non-loopback TCP refused without it"""
     import redis
@@ -173,5 +229,6 @@ if __name__ == "__main__":
     harness.require_tools()
     harness.run_tests([test_triton_and_inductor_calls, test_redis_cli,
                        test_acknowledged_sets_survive_kill_9_and_ttls_persist,
+                       test_kernel_sized_values,
                        test_auth_and_exposure,
                        test_one_daemon_per_redis_socket])

@@ -81,6 +81,11 @@ SCRIPT = [
     resp("DBSIZE"),
     # Requests Redis skips: empty and null arrays.
     b"*0\r\n", b"*-1\r\n", resp("PING"),
+    # Inline commands, as typed into telnet or nc, between arrays; blank
+    # lines are skipped.
+    b"PING\r\n", b"ECHO  hello\r\n", b"\r\n", b" \t \r\n", b"\n",
+    b"SET inline value\r\n", b"GET inline\n", b"MGET inline k missing\r\n",
+    b"get\r\n", b"FOO bar\r\n", b"ping hi\r\n", resp("GET", "inline"),
 ]
 SKIP_IN_COMPARE = set()
 
@@ -89,6 +94,7 @@ PROTOCOL_ERRORS = [
     b"*1\r\n:5\r\n",
     b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\nx\r\n",
     b"*2\r\n$3\r\nGET\r\n+ok\r\n",
+    b"PING" + b"x" * 70000,  # an inline line over 64 KiB
 ]
 
 
@@ -183,10 +189,10 @@ def main():
             b = converse(daemon.unix, bad, until_close=True)
             if a != b:
                 failures += 1
-                print(f"FAIL protocol error {bad!r}: redis-server {a!r}, "
+                print(f"FAIL protocol error {bad[:60]!r}: redis-server {a!r}, "
                       f"gputuned {b!r}")
             else:
-                print(f"ok   protocol error {bad!r}: {a!r} then closed, both")
+                print(f"ok   protocol error {bad[:60]!r}: {a!r} then closed, both")
     finally:
         daemon.close()
         ref.close()

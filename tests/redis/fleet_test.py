@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Single flight across hosts: two gputuned of one fleet (a PostgreSQL
-server started here), 4 tuner processes on each, 20 tuned keys: 20 tunes in
-all, every process ending with the same values.
+"""Two gputuned of one fleet (a PostgreSQL server started here). Single
+flight across hosts: 4 tuner processes on each, 20 tuned keys: 20 tunes in
+all, every process ending with the same values. The fleet's first value of
+a key stays; a value too large for the fleet stays on its daemon.
 
 usage: fleet_test.py GPUTUNED
 """
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import harness
 import single_flight_test as sf
@@ -66,17 +68,20 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def fleet_daemons(pg, n=2):
+    # The host backend: a fleet needs the device's fingerprint, and both
+    # daemons have this machine's.
+    return [harness.Daemon(sf.GPUTUNED, [
+        "--backend=host", f"--fleet={pg.conninfo}",
+        "--fleet_poll_interval=100ms"]) for _ in range(n)]
+
+
 def test_two_fleet_daemons_tune_each_key_once():
     """2 fleet daemons x 4 processes x 20 keys: 20 tunes in all"""
     pg = Postgres()
     daemons = []
     try:
-        for _ in range(2):
-            # The host backend: a fleet needs the device's fingerprint, and
-            # both daemons have this machine's.
-            daemons.append(harness.Daemon(sf.GPUTUNED, [
-                "--backend=host", f"--fleet={pg.conninfo}",
-                "--fleet_poll_interval=100ms"]))
+        daemons = fleet_daemons(pg)
         keys = sf.tuned_keys(20)
         procs = []
         for d in daemons:
@@ -93,7 +98,43 @@ def test_two_fleet_daemons_tune_each_key_once():
         pg.close()
 
 
+def test_first_value_stays_and_large_values_stay_local():
+    """a later SET keeps the fleet's first value; over 1 MiB stays local"""
+    pg = Postgres()
+    daemons = []
+    try:
+        daemons = fleet_daemons(pg)
+        a, b = daemons[0].client(), daemons[1].client()
+        key = "pt2:fx-graph-v1::fshared:c1"
+        assert a.set(key, "first")
+        harness.wait_for(lambda: b.get(key) == b"first", "b to see a's value")
+        # Answered OK (Inductor and Triton expect it), and GET answers the
+        # fleet's first value from then on, not the SET's for a moment.
+        assert b.set(key, "second")
+        assert b.get(key) == b"first"
+        assert b.mset({key: "third"})
+        assert b.get(key) == b"first"
+        assert b.expire(key, 100) is False  # the expiry would come back
+        time.sleep(1)  # the feed's lag, several times over
+        assert b.get(key) == b"first" and a.get(key) == b"first"
+        # Over a fleet row (1 MiB): kept where it was SET, not published;
+        # the fleet goes on sharing what comes after it.
+        big = os.urandom(2 << 20)
+        assert a.set("triton:0a1b:big_kernel.cubin", big)
+        assert a.set("after", "small")
+        harness.wait_for(lambda: b.get("after") == b"small",
+                         "b to see the value SET after the large one")
+        assert a.get("triton:0a1b:big_kernel.cubin") == big
+        assert b.get("triton:0a1b:big_kernel.cubin") is None
+        assert "kept on this daemon only" in daemons[0].log_text()
+    finally:
+        for d in daemons:
+            d.close()
+        pg.close()
+
+
 if __name__ == "__main__":
     harness.require_tools()
     sf.GPUTUNED = sys.argv[1]
-    harness.run_tests([test_two_fleet_daemons_tune_each_key_once])
+    harness.run_tests([test_two_fleet_daemons_tune_each_key_once,
+                       test_first_value_stays_and_large_values_stay_local])

@@ -45,6 +45,16 @@ TEST_CASE(
   CHECK(c->redis_wait == absl::Minutes(10));
 }
 
+TEST_CASE("--redis_max_value is 8 MiB by default and at most 32 MiB") {
+  auto c = Parse({});
+  REQUIRE(c.ok());
+  CHECK(c->redis_max_value == 8 << 20);
+  CHECK(Parse({"--redis_max_value=33554432"}).ok());
+  auto over = Parse({"--redis_max_value=33554433"});
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().message().find("redis_max_value") != std::string::npos);
+}
+
 TEST_CASE("a --redis_claim_ttl beyond --max_lease_ttl is refused") {
   auto c = Parse({"--redis_claim_ttl=2h"});
   REQUIRE_FALSE(c.ok());
