@@ -65,10 +65,10 @@ TEST_CASE("a cuBLASLt algo config round-trips through proto and storage") {
   const kernels::Execution exec = kernels::ToExecution(config, 32u << 20);
   const kernels::Execution back = ThroughStore(exec);
   CHECK(back == exec);
-  kernels::LtAlgoConfig restored;
-  std::string error;
-  REQUIRE(kernels::LtAlgoConfigFromExecution(back, &restored, &error));
-  CHECK(restored == config);
+  const kernels::StatusOr<kernels::LtAlgoConfig> restored =
+      kernels::LtAlgoConfigFromExecution(back);
+  REQUIRE(restored.ok());
+  CHECK(*restored == config);
   CHECK(back.workspace_bytes == (32u << 20));
 }
 #endif
