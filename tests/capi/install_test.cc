@@ -109,7 +109,7 @@ TEST_CASE("the installed Python package finds the installed libgputune") {
       "PYTHONPATH='" +
       site +
       "' /usr/bin/python3 -c \"import gputune, sys; "
-      "print(gputune._capi.lib._name); "
+      "print(gputune._capi.load()._name); "
       "print(gputune.Client(sys.argv[1]).lookup('py/x=1@v1').state)\" " +
       daemon.endpoint();
   if (!Sh(run, log)) FAIL(ReadFile(log));
@@ -135,7 +135,7 @@ TEST_CASE("pip installs the Python package offline and it loads the install") {
       "cd '" + dir + "' && env -u LD_LIBRARY_PATH GPUTUNE_LIBRARY='" +
       installed.prefix +
       "/lib/libgputune.so.0' PYTHONPATH=site /usr/bin/python3 -c 'import "
-      "gputune, sys; print(gputune._capi.lib._name, \"version\", "
+      "gputune, sys; print(gputune._capi.load()._name, \"version\", "
       "gputune.Client(sys.argv[1]).status()[\"version\"])' " +
       installed.daemon.endpoint();
   if (!Sh(install, log) || !Sh(run, log)) FAIL(ReadFile(log));

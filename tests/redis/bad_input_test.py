@@ -11,6 +11,8 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import harness
 
@@ -106,7 +108,14 @@ def test_replies_beyond_the_output_bound():
     r.set("kb", b"z" * 1000)
     n = 40000
     s = socket.create_connection(("127.0.0.1", D.port), timeout=120)
-    s.sendall(b"*2\r\n$3\r\nGET\r\n$2\r\nkb\r\n" * n)
+    # The commands go from a thread: once the daemon holds its bound of
+    # replies it stops reading, and a sendall on this thread would then wait
+    # on socket buffers for ever (as it would with Redis). Reading starts
+    # after a pause, so the daemon reaches the bound first.
+    sender = threading.Thread(
+        target=s.sendall, args=(b"*2\r\n$3\r\nGET\r\n$2\r\nkb\r\n" * n,))
+    sender.start()
+    time.sleep(2)
     reply = b"$1000\r\n" + b"z" * 1000 + b"\r\n"
     want = len(reply) * n
     got = 0
@@ -114,6 +123,7 @@ def test_replies_beyond_the_output_bound():
         c = s.recv(1 << 20)
         assert c, f"closed after {got} of {want} bytes"
         got += len(c)
+    sender.join()
     s.close()
     assert got == want
     still_serving()

@@ -45,7 +45,8 @@ TEST_CASE(
   CHECK(c->redis_wait == absl::Minutes(10));
 }
 
-TEST_CASE("--redis_max_value is 8 MiB by default and at most 32 MiB") {
+// A test name must not start with "-": Catch would read it as an option.
+TEST_CASE("redis_max_value is 8 MiB by default and at most 32 MiB") {
   auto c = Parse({});
   REQUIRE(c.ok());
   CHECK(c->redis_max_value == 8 << 20);
@@ -134,7 +135,7 @@ TEST_CASE("the fleet connection string comes from a flag or the config file") {
   unlink(tmpl);
 }
 
-TEST_CASE("--help lists every setting with its default") {
+TEST_CASE("the help text lists every setting with its default") {
   const std::string help = ConfigHelp();
   CHECK(help.find("--lease_ttl") != std::string::npos);
   CHECK(help.find("[default: 30s]") != std::string::npos);
