@@ -6,13 +6,18 @@
 #
 #   bash scripts/install-deps.sh          # build + run: gputuned, gputunectl, the client
 #   bash scripts/install-deps.sh --test   # and every test suite, the clang check build, fuzzers
+#   bash scripts/install-deps.sh --test-configure
+#       # build + run, and what configuring the test build looks for; the
+#       # rest of --test is needed only when the tests run, so scripts/test.sh
+#       # installs it while the gcc build compiles
 set -euo pipefail
 
-with_tests=0
+with_tests=0 configure_tests=0
 case ${1:-} in
   "") ;;
-  --test) with_tests=1 ;;
-  *) echo "usage: $0 [--test]" >&2 && exit 2 ;;
+  --test) with_tests=1 configure_tests=1 ;;
+  --test-configure) configure_tests=1 ;;
+  *) echo "usage: $0 [--test | --test-configure]" >&2 && exit 2 ;;
 esac
 
 # Building and running: the compilers and the libraries gputuned, gputunectl
@@ -28,10 +33,14 @@ packages=(
   # metrics: prometheus-cpp's registry and text serializer
   prometheus-cpp-dev
 )
+# What configuring the test build looks for (CMake decides by them which
+# suites it builds and registers): Catch2 (a copy travels in
+# tests/third_party for machines without it), and pytest and setuptools for
+# the Python package's suite.
+test_configure_packages=(catch2 python3-pytest python3-setuptools)
 test_packages=(
-  # Catch2 (a copy travels in tests/third_party for machines without it);
   # jq, which the docs' examples (docs_check) pipe answers through
-  catch2 jq
+  jq
   # package checks (cpack's deb generator, dpkg-shlibdeps, lintian), the
   # units' checks (systemd-analyze), metrics checks (promtool)
   systemd dpkg-dev file lintian prometheus
@@ -43,7 +52,7 @@ test_packages=(
   postgresql-15 openssl redis-server redis-tools python3-redis
   # the Python bindings' tests, the C API's Python package (pip install
   # ./python, offline) and the Rust example
-  python3-pytest python3-pip python3-setuptools python3-venv cargo
+  python3-pip python3-venv cargo
   # tests only: gputune.torch's import and fall-back (python/tests/test_torch.py)
   # on Debian's CPU-only PyTorch 1.13, the largest item here (175 packages with
   # its dependencies; docs/testing.md, "How long it takes", has its cost)
@@ -57,6 +66,7 @@ test_packages=(
 # kubectl is not in Debian 12's own archive (Kubernetes' apt repository,
 # pkgs.k8s.io, has it), and kubernetes_test.py needs it.
 optional_test_packages=(kubectl)
+if ((configure_tests)); then packages+=("${test_configure_packages[@]}"); fi
 if ((with_tests)); then packages+=("${test_packages[@]}"); fi
 
 missing=()

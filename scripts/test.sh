@@ -54,14 +54,19 @@ gcc_tests() {
 }
 
 # The checking build: CUDA off (nvcc's host pass is not clang's), no
-# benchmarks, only what its tests need.
+# benchmarks, only what its tests need, and no optimisation: the
+# sanitizers and the thread-safety analysis check unoptimised code as well,
+# and clang compiles a gRPC-heavy unit with them in a third of -O1's time
+# (docs/testing.md, "Build time").
 check_build() {
+  local flags="-O0 -g1 -DNDEBUG"
   CC=clang-16 CXX=clang++-16 GPUTUNE_BUILD_DIR=$check_dir \
     GPUTUNE_TARGETS="gputune_unit_test gputune_kernels_test gputune_integration_test
       gputune_client_tests gputuned gputunectl gputune_changelog
       ${fuzzers[*]/#/gputune_fuzz_}" \
     bash "$root/scripts/build.sh" -DGPUTUNE_CUDA=OFF -DGPUTUNE_BUILD_BENCH=OFF \
-    -DGPUTUNE_SANITIZE=ON -DGPUTUNE_WERROR_THREAD_SAFETY=ON -DGPUTUNE_FUZZ=ON
+    -DGPUTUNE_SANITIZE=ON -DGPUTUNE_WERROR_THREAD_SAFETY=ON -DGPUTUNE_FUZZ=ON \
+    -DGPUTUNE_UNITY_BUILD=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
 }
 
 # Sanitizer settings for every instrumented process, the daemons the tests
@@ -136,12 +141,17 @@ fuzz() {
   return "$rc"
 }
 
-# start_beside NAME COMMAND...: runs COMMAND as a job, its output into a log,
-# while the script goes on; finish_beside waits for it, prints the log and
-# records its time (and stops the script when it failed).
+# start_beside NAME LOG COMMAND...: runs COMMAND as a job, its output into
+# the file LOG, while the script goes on; finish_beside waits for it, prints
+# the log and records its time (and stops the script when it failed). One
+# job at a time.
+# BESIDE_ON_EXIT=wait: when the script stops early, it waits for the job
+# rather than stopping it (apt stopped half-way leaves dpkg broken).
 start_beside() {
-  beside_name=$1 beside_log=$check_dir/$2.log beside_start=$SECONDS
+  beside_name=$1 beside_log=$2 beside_start=$SECONDS
+  beside_on_exit=${BESIDE_ON_EXIT:-kill}
   shift 2
+  mkdir -p "$(dirname "$beside_log")"
   set -m # its own process group, so stop_beside reaches its children too
   "$@" >"$beside_log" 2>&1 &
   beside_pid=$!
@@ -150,13 +160,19 @@ start_beside() {
 }
 # Stops the job beside when the script ends before finish_beside.
 stop_beside() {
-  [[ -n "${beside_pid:-}" ]] && kill -- "-$beside_pid" 2>/dev/null || true
+  [[ -n "${beside_pid:-}" ]] || return 0
+  if [[ "$beside_on_exit" == wait ]]; then
+    echo "test.sh: waiting for '$beside_name' to finish (log: $beside_log)" >&2
+    wait "$beside_pid" || true
+  else
+    kill -- "-$beside_pid" 2>/dev/null || true
+  fi
 }
 finish_beside() {
   local rc=0
   wait "$beside_pid" || rc=$?
   beside_pid=
-  echo "=== $beside_name (ran beside the gcc ctest; its output follows)"
+  echo "=== $beside_name (ran beside the stage before; its output follows)"
   cat "$beside_log"
   timings+=("$(printf '%-34s %5ds%s' "$beside_name" $((SECONDS - beside_start)) \
     "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
@@ -166,15 +182,23 @@ finish_beside() {
   fi
 }
 
-run_stage "install dependencies" bash "$root/scripts/install-deps.sh" --test
-run_stage "gcc build" bash "$root/scripts/build.sh"
+# What the build and its configure step need first; the rest of the test
+# dependencies (PyTorch, clang, PostgreSQL, Redis, lintian...) only when the
+# tests run, so apt installs them while the gcc build compiles.
+run_stage "install build dependencies" bash "$root/scripts/install-deps.sh" --test-configure
+BESIDE_ON_EXIT=wait start_beside "install test dependencies" "$root/build/install-test-deps.log" \
+  bash "$root/scripts/install-deps.sh" --test
+# Both builds compile in unity batches (GPUTUNE_UNITY_BUILD, CMakeLists.txt):
+# about a third less compile time cold.
+run_stage "gcc build" bash "$root/scripts/build.sh" -DGPUTUNE_UNITY_BUILD=ON
+finish_beside
 if [[ "$check" != 0 ]]; then
   # Both builds first: compiling competes with the tests for the CPU.
   run_stage "clang check build" check_build
   # The two test runs spend most of their time waiting on daemons and
   # sockets, and share nothing (own build folders, temporary directories),
   # so they run side by side.
-  start_beside "sanitizer ctest" sanitizer-ctest check_tests
+  start_beside "sanitizer ctest" "$check_dir/sanitizer-ctest.log" check_tests
 fi
 run_stage "gcc ctest" gcc_tests
 if [[ "$check" != 0 ]]; then

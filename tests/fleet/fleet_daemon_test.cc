@@ -39,17 +39,11 @@
 namespace gputune {
 namespace {
 
+using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
 using testing::PostgresServer;
 using Steady = std::chrono::steady_clock;
-
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 // Flags for a fleet daemon: short leases and polls keep the suite quick.
 std::vector<std::string> FleetFlags(const std::string& conninfo,

@@ -30,16 +30,10 @@
 namespace gputune {
 namespace {
 
+using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
 using testing::PostgresServer;
-
-std::unique_ptr<grpc::ClientContext> Ctx() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(60));
-  return ctx;
-}
 
 // Generous: the daemons poll the feed every 200 ms.
 bool Soon(const std::function<bool()>& cond) {

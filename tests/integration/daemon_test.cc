@@ -25,18 +25,10 @@
 namespace gputune {
 namespace {
 
+using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
 using testing::kSlowdown;
-
-// Generous by default: a deadline here bounds waiting for an answer on a
-// loaded machine (under the sanitizers too), it is not a speed check.
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 v1::ClaimResponse Claim(v1::TuneService::Stub& stub, const v1::Key& key,
                         const std::string& holder, int ttl_ms = 0) {

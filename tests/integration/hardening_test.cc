@@ -37,19 +37,11 @@
 namespace gputune {
 namespace {
 
+using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
 using testing::RssKiB;
 using testing::RunProgram;
-
-// Generous by default: a deadline here bounds waiting for an answer on a
-// loaded machine (under the sanitizers too), it is not a speed check.
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 // A channel of its own (not sharing a connection with other channels).
 std::shared_ptr<grpc::Channel> FreshChannel(const DaemonProcess& d) {
@@ -64,7 +56,7 @@ grpc::Status GetStatus(v1::TuneService::Stub& stub, v1::GetStatusResponse* resp,
   return stub.GetStatus(Ctx(seconds).get(), v1::GetStatusRequest(), resp);
 }
 
-v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
+v1::GetStatusResponse AnsweredStatus(v1::TuneService::Stub& stub) {
   v1::GetStatusResponse resp;
   const grpc::Status s = GetStatus(stub, &resp);
   INFO(s.error_message());
@@ -288,7 +280,7 @@ TEST_CASE(
   // the soft limit does not help here, the accept loop must.
   DaemonProcess d({"--backend=none"}, {}, LimitFiles1024);
   auto established = v1::TuneService::NewStub(FreshChannel(d));
-  Status(*established);
+  AnsweredStatus(*established);
 
   std::vector<int> flood;
   for (int i = 0; i < 1100; ++i) {
@@ -351,14 +343,14 @@ TEST_CASE(
   CHECK(text.find("pid " + std::to_string(first.pid())) != std::string::npos);
   // The first one's socket is still there and answers.
   REQUIRE(std::filesystem::exists(first.socket_path()));
-  Status(*v1::TuneService::NewStub(FreshChannel(first)));
+  AnsweredStatus(*v1::TuneService::NewStub(FreshChannel(first)));
 }
 
 TEST_CASE("the locks of a daemon killed with kill -9 do not stop the next") {
   DaemonProcess d({"--backend=none"});
   d.Kill();
   d.Start();  // throws when it does not serve
-  Status(*d.Stub());
+  AnsweredStatus(*d.Stub());
 }
 
 TEST_CASE(
@@ -402,7 +394,7 @@ TEST_CASE(
                        KeyId(DenseKey(2)) + "'");
   d.Start();
   auto stub = d.Stub();
-  const v1::GetStatusResponse status = Status(*stub);
+  const v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK(status.entries() == 2);
   CHECK(status.quarantined_entries() == 1);
   REQUIRE(status.quarantined_key_ids_size() == 1);
@@ -441,7 +433,7 @@ TEST_CASE(
   CHECK(out.find("exported 2 entries") != std::string::npos);
   CHECK(out.find("skipped 1 damaged") != std::string::npos);
   CHECK(LookupState(*stub, DenseKey(3)) == v1::KEY_STATE_MISS);
-  CHECK(Status(*stub).quarantined_entries() == 1);
+  CHECK(AnsweredStatus(*stub).quarantined_entries() == 1);
   v1::ListEntriesResponse list;
   REQUIRE(stub->ListEntries(Ctx().get(), v1::ListEntriesRequest(), &list).ok());
   CHECK(list.entries_size() == 2);
@@ -458,7 +450,7 @@ TEST_CASE(
       "CREATE TABLE entries (x INTEGER); INSERT INTO entries "
       "VALUES (1);");
   d.Start();
-  const v1::GetStatusResponse status = Status(*d.Stub());
+  const v1::GetStatusResponse status = AnsweredStatus(*d.Stub());
   CHECK_FALSE(status.database_quarantined_to().empty());
   RecordKey(*d.Stub(), DenseKey(1), "k");
 }
@@ -524,7 +516,7 @@ TEST_CASE(
   int64_t peak = PeakRssKiB(d.pid(), before);
   // While they are pending: small calls are answered, a reader's large
   // answer waits for room (RESOURCE_EXHAUSTED).
-  Status(*stub);
+  AnsweredStatus(*stub);
   CHECK(LookupState(*stub, DenseKey(1)) == v1::KEY_STATE_HIT);
   const grpc::Status held = batch_lookup();
   INFO(held.error_message());
@@ -569,7 +561,7 @@ TEST_CASE(
   int64_t peak = PeakRssKiB(d.pid(), before);
   // Meanwhile small answers go out as ever (the HIT's, 64 KiB, waits for
   // room in the answer budget), and a new Watch is refused.
-  Status(*stub);
+  AnsweredStatus(*stub);
   CHECK(LookupState(*stub, DenseKey(2)) == v1::KEY_STATE_MISS);
   auto read_watch = [&] {
     grpc::ClientContext ctx;
@@ -673,7 +665,7 @@ TEST_CASE(
   }
   CHECK(refused > 50);
   CHECK(LookupState(*stub, DenseKey(7)) == v1::KEY_STATE_HIT);
-  Status(*stub);
+  AnsweredStatus(*stub);
   REQUIRE(d.Terminate() == 0);
   d.child_setup() = {};
   d.Start();
@@ -1002,7 +994,7 @@ TEST_CASE(
     CHECK(s.error_message().rfind(c.field, 0) == 0);
   }
   // Nothing changed: no entry, the one claim, the log levels as they were.
-  const v1::GetStatusResponse after = Status(*stub);
+  const v1::GetStatusResponse after = AnsweredStatus(*stub);
   CHECK(after.entries() == 0);
   CHECK(after.claims_size() == 1);
   v1::SetLogLevelResponse levels;
@@ -1051,7 +1043,7 @@ TEST_CASE(
   CHECK(ctl({"abandon", std::to_string(mine)}, &out) != 0);
   CHECK(out.find("belongs to another") != std::string::npos);
   // Nothing changed.
-  const v1::GetStatusResponse after = Status(*stub);
+  const v1::GetStatusResponse after = AnsweredStatus(*stub);
   CHECK(after.entries() == 1);
   CHECK(after.claims_size() == 1);
   // The operator (root here) may abandon a stuck claim.

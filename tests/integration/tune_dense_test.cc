@@ -15,17 +15,11 @@
 namespace gputune {
 namespace {
 
+using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
 using testing::ImportFromOlderSoftware;
 using testing::kSlowdown;
-
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 grpc::Status Tune(v1::TuneService::Stub& stub, const v1::Key& key, bool wait,
                   v1::TuneDenseResponse* resp) {
@@ -35,7 +29,7 @@ grpc::Status Tune(v1::TuneService::Stub& stub, const v1::Key& key, bool wait,
   return stub.TuneDense(Ctx().get(), req, resp);
 }
 
-v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
+v1::GetStatusResponse StatusOf(v1::TuneService::Stub& stub) {
   v1::GetStatusResponse resp;
   REQUIRE(stub.GetStatus(Ctx().get(), v1::GetStatusRequest(), &resp).ok());
   return resp;
@@ -53,7 +47,7 @@ v1::GetEntryResponse GetEntry(v1::TuneService::Stub& stub, const v1::Key& key) {
 template <typename Pred>
 bool WaitFor(v1::TuneService::Stub& stub, Pred pred) {
   for (int i = 0; i < 500; ++i) {
-    if (pred(Status(stub))) return true;
+    if (pred(StatusOf(stub))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -63,7 +57,7 @@ double ProtoToSeconds(const google::protobuf::Duration& d) {
   return absl::ToDoubleSeconds(FromProto(d));
 }
 
-v1::LookupStatus Lookup(v1::TuneService::Stub& stub, const v1::Key& key) {
+v1::LookupStatus LookupOf(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::LookupRequest req;
   *req.mutable_key() = key;
   v1::LookupResponse resp;
@@ -96,7 +90,7 @@ TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
     CHECK(google::protobuf::util::MessageDifferencer::Equals(e, entries[0]));
   }
   auto stub = d.Stub();
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = StatusOf(*stub);
   CHECK(status.jobs_completed() == 1);
   CHECK(status.jobs_failed() == 0);
   SECTION("and the entry explains the choice") {
@@ -170,7 +164,7 @@ TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
     CHECK(resp.status().state() == v1::KEY_STATE_HIT);
     CHECK(resp.status().entry().execution().kernel() == "client.kernel");
   }
-  CHECK(Status(*stub).jobs_completed() == 0);
+  CHECK(StatusOf(*stub).jobs_completed() == 0);
 }
 
 TEST_CASE("a failing candidate is dropped and its failure kept in the entry") {
@@ -213,7 +207,7 @@ TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
   v1::LookupResponse look;
   REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
   CHECK(look.status().state() == v1::KEY_STATE_MISS);
-  CHECK(Status(*stub).jobs_failed() == 1);
+  CHECK(StatusOf(*stub).jobs_failed() == 1);
 }
 
 TEST_CASE("a lost device stops benchmarking but the cache is still served") {
@@ -223,7 +217,7 @@ TEST_CASE("a lost device stops benchmarking but the cache is still served") {
   v1::TuneDenseResponse resp;
   grpc::Status failed = Tune(*stub, DenseKey(1, 64, 64), true, &resp);
   CHECK(failed.error_code() == grpc::StatusCode::ABORTED);
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = StatusOf(*stub);
   CHECK_FALSE(status.backend_ready());
   CHECK(status.backend_error().find("device was lost") != std::string::npos);
   grpc::Status refused = Tune(*stub, DenseKey(2, 64, 64), true, &resp);
@@ -252,7 +246,7 @@ TEST_CASE("the queue refuses new jobs when full") {
   grpc::Status full = Tune(*stub, DenseKey(3, 64, 64), false, &resp);
   CHECK(full.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(full.error_message().find("--queue_capacity") != std::string::npos);
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = StatusOf(*stub);
   CHECK(status.queue_depth() == 1);
   CHECK(status.queue_capacity() == 1);
 }
@@ -272,7 +266,7 @@ TEST_CASE("decode jobs run ahead of queued prefill jobs") {
     return s.has_running_job() &&
            s.running_job().key().dense_bf16().role() != "first";
   }));
-  CHECK(Status(*stub).running_job().key().dense_bf16().phase() ==
+  CHECK(StatusOf(*stub).running_job().key().dense_bf16().phase() ==
         v1::PHASE_DECODE);
 }
 
@@ -384,7 +378,7 @@ TEST_CASE(
   grpc::Status s = Tune(*stub, testing::DenseKey(1, 64, 64), true, &resp);
   CHECK(s.error_code() == grpc::StatusCode::ABORTED);
   CHECK(s.error_message().find("time limit") != std::string::npos);
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = StatusOf(*stub);
   CHECK(status.jobs_failed() == 1);
   CHECK(status.backend_ready());
   // The worker takes the next job.
@@ -413,7 +407,7 @@ TEST_CASE(
   v1::LookupResponse look;
   REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
   CHECK(look.status().state() != v1::KEY_STATE_HIT);
-  CHECK(Status(*stub).jobs_completed() == 0);
+  CHECK(StatusOf(*stub).jobs_completed() == 0);
 }
 
 TEST_CASE(
@@ -439,7 +433,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.has_running_job();
   }));
-  const v1::GetStatusResponse during = Status(*stub);
+  const v1::GetStatusResponse during = StatusOf(*stub);
   CHECK(during.has_running_job());
   waiter.join();
   const double took = std::chrono::duration<double>(ended - start).count();
@@ -451,7 +445,7 @@ TEST_CASE(
   // its limit a job stops is a latency, not a promise a test on a shared
   // machine can hold to a fraction of a second.)
   CHECK(took < 12.0 * kSlowdown);
-  const v1::GetStatusResponse after = Status(*stub);
+  const v1::GetStatusResponse after = StatusOf(*stub);
   CHECK(after.jobs_failed() == 1);
   CHECK(after.backend_ready());
   CHECK_FALSE(after.has_running_job());
@@ -468,8 +462,8 @@ TEST_CASE(
   const v1::Key popular = DenseKey(2, 128, 128), rare = DenseKey(3, 128, 128);
   ImportFromOlderSoftware(*stub, popular);
   ImportFromOlderSoftware(*stub, rare);
-  for (int i = 0; i < 5; ++i) (void)Lookup(*stub, popular);
-  const v1::LookupStatus looked = Lookup(*stub, rare);
+  for (int i = 0; i < 5; ++i) (void)LookupOf(*stub, popular);
+  const v1::LookupStatus looked = LookupOf(*stub, rare);
   CHECK(looked.state() == v1::KEY_STATE_STALE);
   CHECK(looked.stale_usable());
   CHECK(looked.stale_reason().find("usable") != std::string::npos);
@@ -479,12 +473,12 @@ TEST_CASE(
   const v1::GetEntryResponse got = GetEntry(*stub, rare);
   CHECK(got.state() == v1::KEY_STATE_STALE);
   CHECK(got.stale_usable());
-  const v1::GetStatusResponse before = Status(*stub);
+  const v1::GetStatusResponse before = StatusOf(*stub);
   CHECK(before.stale_entries() == 2);
   CHECK(before.stale_usable_entries() == 2);
   CHECK(before.jobs_completed() == 0);
   SECTION("never for another candidate set") {
-    const v1::LookupStatus other = Lookup(*stub, DenseKey(3, 128, 128, "cs2"));
+    const v1::LookupStatus other = LookupOf(*stub, DenseKey(3, 128, 128, "cs2"));
     CHECK(other.state() == v1::KEY_STATE_STALE);
     CHECK_FALSE(other.stale_usable());
   }
@@ -510,7 +504,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.revalidated() == 2;
   }));
-  const v1::GetStatusResponse after = Status(*stub);
+  const v1::GetStatusResponse after = StatusOf(*stub);
   CHECK(after.stale_entries() == 0);
   CHECK(after.stale_usable_entries() == 0);
   CHECK(after.revalidations_failed() == 0);
@@ -537,17 +531,17 @@ TEST_CASE(
   auto stub = d.Stub();
   const v1::Key key = DenseKey(2, 128, 128);
   ImportFromOlderSoftware(*stub, key);
-  const v1::LookupStatus looked = Lookup(*stub, key);
+  const v1::LookupStatus looked = LookupOf(*stub, key);
   CHECK(looked.state() == v1::KEY_STATE_STALE);
   CHECK_FALSE(looked.stale_usable());
   CHECK(looked.stale_reason() ==
         "measured on another device or software (fingerprint differs)");
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  const v1::GetStatusResponse status = Status(*stub);
+  const v1::GetStatusResponse status = StatusOf(*stub);
   CHECK(status.stale_entries() == 1);
   CHECK(status.stale_usable_entries() == 0);
   CHECK(status.jobs_completed() == 0);
-  CHECK(Lookup(*stub, key).state() == v1::KEY_STATE_STALE);
+  CHECK(LookupOf(*stub, key).state() == v1::KEY_STATE_STALE);
 }
 
 TEST_CASE(
@@ -565,14 +559,14 @@ TEST_CASE(
   ImportFromOlderSoftware(*stub, elsewhere, "another-cpu");
   for (int start = 0; start < 2; ++start) {
     INFO((start == 0 ? "imported" : "after a restart"));
-    const v1::LookupStatus c = Lookup(*stub, custom);
+    const v1::LookupStatus c = LookupOf(*stub, custom);
     CHECK(c.state() == v1::KEY_STATE_STALE);
     CHECK(c.stale_usable());
-    const v1::LookupStatus e = Lookup(*stub, elsewhere);
+    const v1::LookupStatus e = LookupOf(*stub, elsewhere);
     CHECK(e.state() == v1::KEY_STATE_STALE);
     CHECK_FALSE(e.stale_usable());
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    const v1::GetStatusResponse status = Status(*stub);
+    const v1::GetStatusResponse status = StatusOf(*stub);
     CHECK(status.stale_entries() == 2);
     CHECK(status.stale_usable_entries() == 1);
     CHECK(status.jobs_completed() == 0);
@@ -598,7 +592,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.claims_size() == 1 && s.claims(0).holder() == "gputuned";
   }));
-  const uint64_t id = Status(*stub).claims(0).claim_id();
+  const uint64_t id = StatusOf(*stub).claims(0).claim_id();
   // This test runs as the daemon's own user: an operator, refused all the
   // same.
   v1::RecordRequest forged;
@@ -628,8 +622,8 @@ TEST_CASE(
   const v1::Entry entry = GetEntry(*stub, key).entry();
   CHECK(entry.source() == v1::SOURCE_DAEMON_MEASURED);
   CHECK(entry.measurements_size() >= 2);
-  CHECK(Status(*stub).jobs_completed() == 1);
-  CHECK(Status(*stub).jobs_failed() == 0);
+  CHECK(StatusOf(*stub).jobs_completed() == 1);
+  CHECK(StatusOf(*stub).jobs_failed() == 0);
 }
 
 }  // namespace gputune

@@ -184,6 +184,13 @@ std::unique_ptr<v1::AdminService::Stub> DaemonProcess::AdminStub() const {
   return v1::AdminService::NewStub(Channel());
 }
 
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
 v1::Key DenseKey(uint32_t m, uint32_t k, uint32_t n,
                  const std::string& candidate_set, const std::string& role) {
   v1::Key key;

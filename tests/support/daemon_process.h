@@ -23,6 +23,7 @@
 
 #include "gputune/v1/tune.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 
 namespace gputune::testing {
 
@@ -104,6 +105,11 @@ int64_t RssKiB(pid_t pid);
 // Sends `signal` to `pid` and waits for it to exit; returns the waitpid
 // status, or -1 (doing nothing) when pid <= 0.
 int SignalAndReap(pid_t pid, int signal);
+
+// A client context whose deadline is `seconds` from now. 60 s by default:
+// a deadline in a test bounds waiting for an answer on a loaded machine
+// (under the sanitizers too); it is not a speed check.
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60);
 
 // A Key for tests: dense_bf16 decode "test.role" with the given M and K/N.
 v1::Key DenseKey(uint32_t m, uint32_t k = 256, uint32_t n = 256,
