@@ -101,7 +101,7 @@ class TuneJob {
     double validation_wall = 0;
     int reps = 1;            // runs per sample
     double sample_wall = 0;  // wall time of the latest sample
-    std::vector<double> samples;
+    std::vector<double> samples{};
     bool dropped = false;  // failed while being timed
   };
 

@@ -153,7 +153,13 @@ start_beside() {
   shift 2
   mkdir -p "$(dirname "$beside_log")"
   set -m # its own process group, so stop_beside reaches its children too
-  "$@" >"$beside_log" 2>&1 &
+  # The subshell notes when the job ended (set -e still in force in it), so
+  # its own time is what is recorded, not the wait for the stage before.
+  rm -f "$beside_log.end"
+  (
+    trap 'echo "$SECONDS" >"$beside_log.end"' EXIT
+    "$@"
+  ) >"$beside_log" 2>&1 &
   beside_pid=$!
   set +m
   trap stop_beside EXIT
@@ -174,8 +180,10 @@ finish_beside() {
   beside_pid=
   echo "=== $beside_name (ran beside the stage before; its output follows)"
   cat "$beside_log"
-  timings+=("$(printf '%-34s %5ds%s' "$beside_name" $((SECONDS - beside_start)) \
-    "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
+  local end
+  end=$(cat "$beside_log.end" 2>/dev/null || echo "$SECONDS")
+  timings+=("$(printf '%-34s %5ds  (beside the stage before)%s' "$beside_name" \
+    $((end - beside_start)) "$( ((rc == 0)) || echo "  FAILED (exit $rc)")")")
   if ((rc != 0)); then
     print_timings
     exit "$rc"

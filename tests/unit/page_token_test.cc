@@ -9,7 +9,7 @@
 namespace gputune {
 
 TEST_CASE("a page token reads back as the key id it was made from") {
-  for (const std::string id :
+  for (const std::string& id :
        {std::string("dense_bf16/decode/r/m=1/k=8/n=8@c"),
         std::string(1400, 'k'), std::string("with\0nul", 8)}) {
     absl::StatusOr<std::string> back = DecodePageToken(EncodePageToken(id));
