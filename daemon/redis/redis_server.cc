@@ -453,21 +453,36 @@ void RedisServer::Loop::ReadFrom(Conn& c) {
 
 void RedisServer::Loop::RunCommands(Conn& c) {
   const uint64_t id = c.id;
-  while (!c.busy && !c.close_after_flush &&
-         c.out.size() - c.out_sent < options_.max_output_bytes) {
-    absl::StatusOr<std::optional<RespCommand>> next = c.reader.Next();
-    if (!next.ok()) {
-      spdlog::warn("redis connection {}: {}; closing it", c.id,
-                   std::string(next.status().message()));
-      AppendError(&c.out, std::string(next.status().message()));
-      c.close_after_flush = true;
-      break;
+  auto output_full = [&] {
+    return c.out.size() - c.out_sent >= options_.max_output_bytes;
+  };
+  while (true) {
+    bool at_bound = false;  // stopped by the output bound, not the input
+    while (!c.busy && !c.close_after_flush) {
+      if (output_full()) {
+        at_bound = true;
+        break;
+      }
+      absl::StatusOr<std::optional<RespCommand>> next = c.reader.Next();
+      if (!next.ok()) {
+        spdlog::warn("redis connection {}: {}; closing it", c.id,
+                     std::string(next.status().message()));
+        AppendError(&c.out, std::string(next.status().message()));
+        c.close_after_flush = true;
+        break;
+      }
+      if (!next->has_value()) break;
+      Execute(c, **next);
+      if (!conns_.contains(id)) return;
     }
-    if (!next->has_value()) break;
-    Execute(c, **next);
+    Flush(c);
     if (!conns_.contains(id)) return;
+    // A client that reads as fast as the replies come can take the whole
+    // bound in this one Flush. Then nothing would wake the connection again
+    // (no bytes to read, none to write) while commands it already sent wait
+    // in the reader: run them now.
+    if (!at_bound || output_full()) return;
   }
-  Flush(c);
 }
 
 void RedisServer::Loop::Flush(Conn& c) {
