@@ -69,9 +69,15 @@ absl::StatusOr<std::string> GetState(Connection& db, const std::string& name) {
   return *row ? st->ColumnText(0) : std::string();
 }
 
+// The host and GPU are what the holder wrote of itself; the role is what
+// PostgreSQL vouches for.
 std::string HolderText(const FleetConnection::ClaimResult& held) {
   return absl::StrCat("fleet: ", held.holder.host, " ", held.holder.gpu,
-                      " (fleet claim ", held.fence, ")");
+                      " (fleet claim ", held.fence,
+                      held.holder_role.empty()
+                          ? ""
+                          : absl::StrCat(" of role ", held.holder_role),
+                      ")");
 }
 
 std::string Hostname() {

@@ -122,8 +122,41 @@ UPDATE fleet_meta SET value = '2' WHERE name = 'schema_version';
 )sql";
 static_assert(kMaxFleetEntryBytes == 1048576, "the CHECK in kSchemaV2");
 
+// Version 3: claims vouched for by PostgreSQL too (docs/operations.md, "The
+// trust model"). A trigger rather than row-level security: a policy would
+// also hide another role's claim from the publishes' SELECT ... FOR UPDATE,
+// which must see (and wait on) every claim of the key.
+constexpr char kSchemaV3[] = R"sql(
+-- Who took a claim, as PostgreSQL knows it. Claims from before stay NULL
+-- and are anyone's to take over (they are a lease long).
+ALTER TABLE fleet_claims ADD COLUMN claimer_role text;
+ALTER TABLE fleet_claims ALTER COLUMN claimer_role SET DEFAULT current_user;
+-- Every insert and update of a claim: its role is the writing role and a
+-- new fence comes from the sequence, whatever the statement says. A live
+-- claim (neither released nor past its lease) of another role is left as
+-- it is: the statement changes no row, as a row-level security policy
+-- would (members of gputune_operator excepted).
+CREATE FUNCTION fleet_claims_stamp() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'UPDATE' AND OLD.claimer_role IS DISTINCT FROM current_user
+     AND OLD.claimer_role IS NOT NULL AND NOT OLD.released
+     AND OLD.expires_at > clock_timestamp() AND NOT fleet_is_operator() THEN
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' OR NEW.fence IS DISTINCT FROM OLD.fence THEN
+    NEW.fence := nextval('fleet_fence');
+  END IF;
+  NEW.claimer_role := current_user;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fleet_claims_stamp BEFORE INSERT OR UPDATE ON fleet_claims
+  FOR EACH ROW EXECUTE FUNCTION fleet_claims_stamp();
+UPDATE fleet_meta SET value = '3' WHERE name = 'schema_version';
+)sql";
+
 // Every migration takes the schema from version i to i + 1.
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3};
 static_assert(std::size(kMigrations) == kFleetSchemaVersion);
 
 // Serialises schema creation among daemons starting at once.
@@ -686,7 +719,8 @@ absl::StatusOr<FleetConnection::ClaimResult> FleetConnection::Claim(
       absl::StatusOr<Result> held =
           Exec(conn_,
                "SELECT fence, host, gpu, instance, "
-               "  extract(epoch FROM expires_at - clock_timestamp()) * 1000 "
+               "  extract(epoch FROM expires_at - clock_timestamp()) * 1000, "
+               "  coalesce(claimer_role, '') "
                "FROM fleet_claims WHERE fingerprint = $1 AND key_id = $2",
                {Text(fingerprint), Text(key_id)});
       if (!held.ok()) return held.status();
@@ -698,6 +732,7 @@ absl::StatusOr<FleetConnection::ClaimResult> FleetConnection::Claim(
       result.holder = {Value(*held, 0, 1), Value(*held, 0, 2),
                        Value(*held, 0, 3)};
       result.remaining = Millis(Value(*held, 0, 4));
+      result.holder_role = Value(*held, 0, 5);
     }
     absl::StatusOr<std::optional<FeedRow>> canonical =
         Canonical(conn_, fingerprint, key_id, candidate_set);

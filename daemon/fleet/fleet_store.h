@@ -71,7 +71,7 @@ typedef struct pg_conn PGconn;
 
 namespace gputune::fleet {
 
-inline constexpr int kFleetSchemaVersion = 2;
+inline constexpr int kFleetSchemaVersion = 3;
 // The most bytes a fleet entry may have (a CHECK in the schema; longer rows
 // from before it are skipped unread). An entry (8-64 candidates'
 // measurements) is a few KiB.
@@ -137,7 +137,8 @@ class FleetConnection {
     enum Outcome { kGranted, kHeld, kCanonical };
     Outcome outcome = kGranted;
     uint64_t fence = 0;        // kGranted: ours; kHeld: the holder's
-    FleetIdentity holder;      // kHeld
+    FleetIdentity holder;      // kHeld: what the holder wrote of itself
+    std::string holder_role;   // kHeld: its PostgreSQL role ("" before v3)
     absl::Duration remaining;  // kHeld: until the holder's lease ends
     FeedRow canonical;         // kCanonical: the fleet's entry
   };

@@ -61,9 +61,9 @@ TEST_CASE("the fleet schema is made once, kept, and a newer one is refused") {
 }
 
 TEST_CASE(
-    "a version 1 fleet database migrates to version 2: one live row per key "
-    "(the newest), feed positions back inside the sequence, oversized rows "
-    "kept but never fetched") {
+    "a version 1 fleet database migrates to the current version: one live "
+    "row per key (the newest), feed positions back inside the sequence, "
+    "oversized rows kept but never fetched, claims stamped with their role") {
   GPUTUNE_REQUIRE_POSTGRES();
   PostgresServer pg;
   const std::string conninfo = pg.CreateDatabase("migrate");
@@ -84,11 +84,14 @@ TEST_CASE(
                row("k", "cs2", "nextval('fleet_feed')", "'\\x02'::bytea") +
                row("forged", "cs1", "9000000000000000000", "'\\x03'::bytea") +
                row("big", "cs1", "nextval('fleet_feed')",
-                   "decode(repeat('ab', 2 << 20), 'hex')"));
+                   "decode(repeat('ab', 2 << 20), 'hex')") +
+               "INSERT INTO fleet_claims (fingerprint, key_id, fence, host, "
+               "gpu, instance, expires_at) VALUES ('" +
+               kFp + "', 'old', 5, 'h', 'g', 'i', now());");
   REQUIRE((*c)->PrepareSchema().ok());
   CHECK(pg.QueryNumber("migrate",
                        "SELECT value::int FROM fleet_meta WHERE "
-                       "name = 'schema_version'") == 2);
+                       "name = 'schema_version'") == kFleetSchemaVersion);
   auto live = pg.Query("migrate",
                        "SELECT candidate_set FROM fleet_entries WHERE key_id "
                        "= 'k' AND NOT deleted");
@@ -116,6 +119,18 @@ TEST_CASE(
   CHECK_THROWS(pg.Query(
       "migrate",
       row("big2", "cs1", "1", "decode(repeat('ab', 2 << 20), 'hex')")));
+  // A claim from before has no role; a new one has the claiming role's, and
+  // a fence from the sequence.
+  CHECK(pg.QueryNumber("migrate",
+                       "SELECT count(*) FROM fleet_claims WHERE key_id = "
+                       "'old' AND claimer_role IS NULL") == 1);
+  auto granted = (*c)->Claim(kFp, "new", "cs1", kA, absl::Seconds(30));
+  REQUIRE(granted.ok());
+  REQUIRE(granted->outcome == FleetConnection::ClaimResult::kGranted);
+  CHECK(pg.QueryNumber("migrate",
+                       "SELECT count(*) FROM fleet_claims WHERE key_id = "
+                       "'new' AND claimer_role = current_user AND fence = " +
+                           std::to_string(granted->fence)) == 1);
 }
 
 TEST_CASE(

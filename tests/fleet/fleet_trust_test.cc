@@ -40,9 +40,11 @@ bool Soon(const std::function<bool()>& cond) {
   return testing::Eventually(cond, std::chrono::seconds(20));
 }
 
-DaemonProcess FleetDaemon(const std::string& conninfo) {
+DaemonProcess FleetDaemon(const std::string& conninfo,
+                          const std::string& lease = "1s") {
   return DaemonProcess({"--backend=host", "--fleet=" + conninfo,
-                        "--fleet_lease_ttl=1s", "--fleet_poll_interval=200ms",
+                        "--fleet_lease_ttl=" + lease,
+                        "--fleet_poll_interval=200ms",
                         "--autotune_log=disabled", "--log_level=debug"});
 }
 
@@ -320,31 +322,49 @@ std::string ReadText(const std::string& path) {
 
 }  // namespace
 
+// A fleet database made by its owner, deploy/fleet-roles.sql run in it
+// (docs/operations.md, "Roles and row-level security"), and the login roles
+// host_a and host_b (gputune_host) and ops (gputune_operator), each with the
+// password "pw-<role>".
+struct RolesFleet {
+  explicit RolesFleet(const std::string& name)
+      : db(name), owner(pg.CreateDatabase(name)) {
+    {
+      DaemonProcess maker(FleetDaemon(owner));  // the owner makes the schema
+      REQUIRE(Soon([&] { return Fleet(maker).connected(); }));
+    }
+    const std::string setup = ReadText(GPUTUNE_FLEET_ROLES_SQL);
+    REQUIRE_FALSE(setup.empty());
+    pg.Query(db, setup);
+    pg.Query(
+        db,
+        "CREATE ROLE host_a LOGIN PASSWORD 'pw-host_a' IN ROLE "
+        "gputune_host;"
+        "CREATE ROLE host_b LOGIN PASSWORD 'pw-host_b' IN ROLE "
+        "gputune_host;"
+        "CREATE ROLE ops LOGIN PASSWORD 'pw-ops' IN ROLE gputune_operator");
+  }
+  // The connection string of `role`.
+  std::string As(const std::string& role) const {
+    return "host=" + pg.socket_dir() + " dbname=" + db + " user=" + role +
+           " password=pw-" + role;
+  }
+  // The first column of the first row of `q`, as the superuser; "" for none.
+  std::string Sql(const std::string& q) const {
+    auto rows = pg.Query(db, q);
+    return rows.empty() ? std::string() : rows[0][0];
+  }
+  PostgresServer pg;
+  std::string db, owner;
+};
+
 TEST_CASE(
     "host roles: a host publishes only as itself and cannot update, delete or "
     "tombstone another host's rows, an operator role deletes fleet-wide, "
     "entries show the role PostgreSQL vouches for") {
   GPUTUNE_REQUIRE_POSTGRES();
-  PostgresServer pg;
-  const std::string owner = pg.CreateDatabase("roles");
-  {
-    DaemonProcess maker(FleetDaemon(owner));  // the owner makes the schema
-    REQUIRE(Soon([&] { return Fleet(maker).connected(); }));
-  }
-  // docs/operations.md, "Roles and row-level security".
-  const std::string setup = ReadText(GPUTUNE_FLEET_ROLES_SQL);
-  REQUIRE_FALSE(setup.empty());
-  pg.Query("roles", setup);
-  pg.Query("roles",
-           "CREATE ROLE host_a LOGIN PASSWORD 'pw-a' IN ROLE gputune_host;"
-           "CREATE ROLE host_b LOGIN PASSWORD 'pw-b' IN ROLE gputune_host;"
-           "CREATE ROLE ops LOGIN PASSWORD 'pw-ops' IN ROLE gputune_operator");
-  auto as = [&](const std::string& role, const std::string& password) {
-    return "host=" + pg.socket_dir() + " dbname=roles user=" + role +
-           " password=" + password;
-  };
-  const std::string host_a = as("host_a", "pw-a"),
-                    host_b = as("host_b", "pw-b");
+  RolesFleet f("roles");
+  const std::string host_a = f.As("host_a"), host_b = f.As("host_b");
   DaemonProcess a(FleetDaemon(host_a));
   DaemonProcess b(FleetDaemon(host_b));
   REQUIRE(Soon([&] { return Fleet(a).connected() && Fleet(b).connected(); }));
@@ -352,10 +372,7 @@ TEST_CASE(
   Record(b, key, "k.b");
   REQUIRE(Soon([&] { return Serves(a, key, "k.b"); }));
   const std::string key_id = KeyId(key);
-  auto sql = [&](const std::string& q) {
-    auto rows = pg.Query("roles", q);
-    return rows.empty() ? std::string() : rows[0][0];
-  };
+  auto sql = [&](const std::string& q) { return f.Sql(q); };
   CHECK(sql("SELECT publisher_role FROM fleet_entries WHERE key_id = '" +
             key_id + "'") == "host_b");
   // What a reads of it names the role, not what the row's text says.
@@ -418,7 +435,7 @@ TEST_CASE(
   for (const auto& [conninfo, expect] :
        std::vector<std::pair<std::string, std::string>>{
            {host_a, "deleted 0 entries from the fleet"},
-           {as("ops", "pw-ops"), "deleted 1 entry from the fleet"}}) {
+           {f.As("ops"), "deleted 1 entry from the fleet"}}) {
     std::ostringstream out, err;
     ctl::Main({"--endpoint=" + a.endpoint(), "delete", KeyText(key),
                "--fleet=" + conninfo},
@@ -430,6 +447,89 @@ TEST_CASE(
   REQUIRE(Soon([&] { return State(b, key) == v1::KEY_STATE_MISS; }));
   CHECK(sql("SELECT publisher_role FROM fleet_entries WHERE key_id = '" +
             key_id + "' AND deleted") == "ops");
+}
+
+TEST_CASE(
+    "host roles: a host cannot take over, renew or release another host's "
+    "live fleet claim, and a claim's fence and role come from PostgreSQL") {
+  GPUTUNE_REQUIRE_POSTGRES();
+  RolesFleet f("claims");
+  const std::string host_a = f.As("host_a");
+  // Leases far longer than the test: b's claim is live throughout.
+  DaemonProcess a(FleetDaemon(host_a, "10m"));
+  DaemonProcess b(FleetDaemon(f.As("host_b"), "10m"));
+  REQUIRE(Soon([&] { return Fleet(a).connected() && Fleet(b).connected(); }));
+  const v1::Key key = DenseKey(5, 64, 64);
+  auto claim = [&](const DaemonProcess& d) {
+    v1::ClaimRequest req;
+    *req.mutable_key() = key;
+    req.set_holder("claims-test");
+    v1::ClaimResponse resp;
+    const grpc::Status s = d.Stub()->Claim(Ctx().get(), req, &resp);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+    return resp;
+  };
+  const v1::ClaimResponse held = claim(b);
+  REQUIRE(held.outcome() == v1::CLAIM_OUTCOME_GRANTED);
+  const std::string where = " WHERE key_id = '" + KeyId(key) + "'";
+  const std::string row = " FROM fleet_claims" + where;
+  CHECK(f.Sql("SELECT claimer_role" + row) == "host_b");
+  const std::string fence = f.Sql("SELECT fence" + row);
+  const std::string b_host = f.Sql("SELECT host" + row);
+
+  // What host_a may write by hand changes nothing of b's live claim: no
+  // release, no early end, no new fence or holder, no take-over by
+  // claiming as b's instance.
+  for (const std::string& q : std::vector<std::string>{
+           "UPDATE fleet_claims SET released = true" + where,
+           "UPDATE fleet_claims SET expires_at = clock_timestamp()" + where,
+           "UPDATE fleet_claims SET fence = 1, host = 'evil'" + where,
+           "INSERT INTO fleet_claims (fingerprint, key_id, fence, host, gpu, "
+           "  instance, expires_at) "
+           "SELECT fingerprint, key_id, 7, 'evil', 'evil', instance, "
+           "  clock_timestamp() + interval '1 hour'" +
+               row +
+               " ON CONFLICT (fingerprint, key_id) DO UPDATE SET "
+               "  fence = EXCLUDED.fence, host = EXCLUDED.host, "
+               "  instance = EXCLUDED.instance, "
+               "  expires_at = EXCLUDED.expires_at, released = false"}) {
+    INFO(q);
+    long changed = -1;
+    CHECK(RunAs(host_a, q, &changed) == "");
+    CHECK(changed == 0);
+  }
+  CHECK_FALSE(RunAs(host_a, "DELETE" + row).empty());  // no DELETE grant
+  CHECK(f.Sql("SELECT fence" + row) == fence);
+  CHECK(f.Sql("SELECT host" + row) == b_host);
+  CHECK(f.Sql("SELECT claimer_role" + row) == "host_b");
+  CHECK(f.Sql("SELECT released::text" + row) == "false");
+  // a's daemon sees the claim as b's, and names the role.
+  const v1::ClaimResponse pending = claim(a);
+  REQUIRE(pending.outcome() == v1::CLAIM_OUTCOME_PENDING);
+  INFO(pending.claim().holder());
+  CHECK(pending.claim().holder().find("(fleet claim " + fence +
+                                      " of role host_b)") != std::string::npos);
+
+  // Once b abandons it, host_a may take the key over, but as itself and
+  // with a fence from the sequence, whatever it writes.
+  {
+    v1::AbandonRequest req;
+    req.set_claim_id(held.claim().claim_id());
+    v1::AbandonResponse resp;
+    REQUIRE(b.Stub()->Abandon(Ctx().get(), req, &resp).ok());
+  }
+  REQUIRE(Soon([&] { return f.Sql("SELECT released::text" + row) == "true"; }));
+  long changed = -1;
+  CHECK(RunAs(host_a,
+              "UPDATE fleet_claims SET released = false, fence = 7, "
+              "  claimer_role = 'host_b', "
+              "  expires_at = clock_timestamp() + interval '1 hour'" +
+                  where,
+              &changed) == "");
+  CHECK(changed == 1);
+  CHECK(f.Sql("SELECT claimer_role" + row) == "host_a");
+  CHECK(std::stoll(f.Sql("SELECT fence" + row)) > std::stoll(fence));
 }
 
 }  // namespace gputune
