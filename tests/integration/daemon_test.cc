@@ -20,6 +20,7 @@
 #include "proto/proto_time.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/eventually.h"
 #include "tests/support/sanitized.h"
 
 namespace gputune {
@@ -181,6 +182,7 @@ TEST_CASE("a watcher is woken by Record and the stream ends at HIT") {
   const v1::Key key = DenseKey(3);
   const uint64_t claim = Claim(*stub, key, "tuner").claim().claim_id();
   std::vector<v1::KeyState> seen;
+  std::atomic<int> answers{0};
   grpc::Status finished;
   std::thread watcher([&] {  // no Catch2 macros: they are not thread-safe
     auto ctx = Ctx();
@@ -188,10 +190,16 @@ TEST_CASE("a watcher is woken by Record and the stream ends at HIT") {
     *req.mutable_key() = key;
     auto reader = d.Stub()->Watch(ctx.get(), req);
     v1::WatchResponse resp;
-    while (reader->Read(&resp)) seen.push_back(resp.status().state());
+    while (reader->Read(&resp)) {
+      seen.push_back(resp.status().state());
+      ++answers;
+    }
     finished = reader->Finish();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The Record once the watch answered the key's state: it is subscribed
+  // (not after a fixed pause, which a loaded machine can outlast).
+  CHECK(testing::Eventually([&] { return answers.load() >= 1; },
+                            std::chrono::seconds(60)));
   v1::RecordResponse resp;
   REQUIRE(Record(*stub, claim, "k", &resp).ok());
   watcher.join();
