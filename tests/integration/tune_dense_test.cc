@@ -478,7 +478,8 @@ TEST_CASE(
   CHECK(before.stale_usable_entries() == 2);
   CHECK(before.jobs_completed() == 0);
   SECTION("never for another candidate set") {
-    const v1::LookupStatus other = LookupOf(*stub, DenseKey(3, 128, 128, "cs2"));
+    const v1::LookupStatus other =
+        LookupOf(*stub, DenseKey(3, 128, 128, "cs2"));
     CHECK(other.state() == v1::KEY_STATE_STALE);
     CHECK_FALSE(other.stale_usable());
   }
