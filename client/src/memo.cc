@@ -14,11 +14,12 @@ size_t ShardCapacity(size_t capacity, size_t shards) {
 
 }  // namespace
 
-Memo::Memo(size_t capacity, absl::Duration ttl)
+Memo::Memo(size_t capacity, absl::Duration ttl, NowNs now_ns)
     : shard_capacity_(ShardCapacity(capacity, kShards)),
       ttl_ns_(ttl == absl::InfiniteDuration()
                   ? std::numeric_limits<int64_t>::max()
-                  : absl::ToInt64Nanoseconds(ttl)) {}
+                  : absl::ToInt64Nanoseconds(ttl)),
+      now_ns_(now_ns) {}
 
 int64_t Memo::CoarseNowNs() {
   struct timespec ts;
@@ -27,9 +28,8 @@ int64_t Memo::CoarseNowNs() {
 }
 
 int64_t Memo::DueAt() const {
-  return ttl_ns_ == std::numeric_limits<int64_t>::max()
-             ? ttl_ns_
-             : CoarseNowNs() + ttl_ns_;
+  return ttl_ns_ == std::numeric_limits<int64_t>::max() ? ttl_ns_
+                                                        : now_ns_() + ttl_ns_;
 }
 
 const Memo::Shard& Memo::ShardFor(size_t hash) const {
@@ -52,7 +52,7 @@ std::shared_ptr<const LookupCell> Memo::Find(const v1::Key& key,
   auto it = shard.map.find(view, hash);
   if (it == shard.map.end()) return nullptr;
   if (ttl_ns_ != std::numeric_limits<int64_t>::max()) {
-    *due = CoarseNowNs() >= it->second.due_at_ns;
+    *due = now_ns_() >= it->second.due_at_ns;
   }
   return it->second.status;
 }

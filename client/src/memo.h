@@ -70,8 +70,11 @@ class ABSL_SCOPED_LOCKABLE SharedWriterLock {
 
 class Memo {
  public:
+  // A monotonic clock in nanoseconds.
+  using NowNs = int64_t (*)();
   // capacity 0 disables the memo (Find finds nothing, Put keeps nothing).
-  Memo(size_t capacity, absl::Duration ttl);
+  // `now_ns`: the clock the ttl is measured on (tests pass their own).
+  Memo(size_t capacity, absl::Duration ttl, NowNs now_ns = &CoarseNowNs);
 
   // The memoised status of `key`, or null. `*due` is set when the entry is
   // older than ttl (the caller should re-check it in the background).
@@ -104,7 +107,7 @@ class Memo {
   static constexpr size_t kShards = 16;
   struct Slot {
     std::shared_ptr<const LookupCell> status;
-    int64_t due_at_ns;  // CoarseNowNs() after which the entry is re-checked
+    int64_t due_at_ns;  // now_ns_() after which the entry is re-checked
   };
   // Keyed by the cell's own MemoKey (status->memo_key()): 32-byte slots.
   struct Shard {
@@ -131,6 +134,7 @@ class Memo {
   // Constant after construction.
   const size_t shard_capacity_;
   const int64_t ttl_ns_;  // INT64_MAX: never due
+  const NowNs now_ns_;
   std::array<Shard, kShards> shards_;
   // Bumped under the shard lock of the key changed (all of them: first).
   std::atomic<uint64_t> generation_{0};
