@@ -181,12 +181,15 @@ TEST_CASE("C: freeing a granted claim without a record abandons it") {
 
 TEST_CASE("C: a claim is renewed in the background past its lease") {
   DaemonProcess daemon({"--backend=none"});
-  auto client = CClient(daemon.endpoint(), /*lease_ttl_ms=*/300);
+  // Renewed every third of the 2 s lease: a renewal may be 1.3 s late (a
+  // loaded machine) before the claim is lost.
+  auto client = CClient(daemon.endpoint(), /*lease_ttl_ms=*/2000);
   auto rival = CClient(daemon.endpoint());
   auto key = Key("renewed/x=1@c1");
   auto claim = Claim(client.get(), key.get());
   REQUIRE(gputune_claim_granted(claim.get()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  // Past the first lease's end: without renewal the rival would take it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   REQUIRE_FALSE(gputune_claim_lost(claim.get()));
   auto theirs = Claim(rival.get(), key.get());
   REQUIRE(gputune_claim_outcome_of(theirs.get()) == GPUTUNE_CLAIM_PENDING);
