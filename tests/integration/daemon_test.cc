@@ -18,6 +18,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/proto_time.h"
+#include "tests/support/answered_status.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/eventually.h"
@@ -26,6 +27,7 @@
 namespace gputune {
 namespace {
 
+using testing::AnsweredStatus;
 using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
@@ -103,12 +105,6 @@ grpc::Status CallRaw(const DaemonProcess& d, const std::string& method,
     response->clear();
   }
   return status;
-}
-
-v1::GetStatusResponse Status(v1::TuneService::Stub& stub) {
-  v1::GetStatusResponse resp;
-  REQUIRE(stub.GetStatus(Ctx().get(), v1::GetStatusRequest(), &resp).ok());
-  return resp;
 }
 
 // Makes DenseKey(1) a HIT (kernel "k1") and DenseKey(2) PENDING; returns
@@ -226,7 +222,7 @@ TEST_CASE("every acknowledged Record survives kill -9 and restart") {
     REQUIRE(s.state() == v1::KEY_STATE_HIT);
     CHECK(s.entry().execution().kernel() == "k" + std::to_string(i));
   }
-  CHECK(Status(*stub).entries() == kRecords);
+  CHECK(AnsweredStatus(*stub).entries() == kRecords);
   SECTION("and claim ids issued after the restart are new") {
     v1::ClaimResponse r = Claim(*stub, DenseKey(999), "p");
     CHECK(r.claim().claim_id() > kRecords);
@@ -285,7 +281,7 @@ TEST_CASE("a garbage database is quarantined and the daemon serves") {
   std::ofstream(d.db_path(), std::ios::trunc) << std::string(8192, 'G');
   d.Start();
   auto stub = d.Stub();
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK_FALSE(status.database_quarantined_to().empty());
   CHECK(std::filesystem::exists(status.database_quarantined_to()));
   CHECK(status.entries() == 0);
@@ -434,7 +430,7 @@ TEST_CASE("bad input gets INVALID_ARGUMENT naming the field, nothing changes") {
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(s.error_message().rfind(c.field, 0) == 0);
   }
-  v1::GetStatusResponse after = Status(*stub);
+  v1::GetStatusResponse after = AnsweredStatus(*stub);
   CHECK(after.entries() == 0);
   CHECK(after.claims_size() == 1);  // only the one claimed above
   CHECK(Lookup(*stub, DenseKey(1)).state() == v1::KEY_STATE_PENDING);
@@ -523,7 +519,7 @@ TEST_CASE("a large batch keeps its order") {
 TEST_CASE("without a backend the cache is served and TuneDense says why") {
   DaemonProcess d({"--backend=none"});
   auto stub = d.Stub();
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK_FALSE(status.backend_ready());
   CHECK(status.backend_error().find("--backend=none") != std::string::npos);
   v1::TuneDenseRequest req;
@@ -537,7 +533,7 @@ TEST_CASE(
     "the cuda backend without a usable device serves the cache and says why") {
   DaemonProcess d({"--backend=cuda"});
   auto stub = d.Stub();
-  v1::GetStatusResponse status = Status(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   if (status.backend_ready()) {
     WARN("skipped: a CUDA device is present");
     return;
@@ -558,7 +554,7 @@ TEST_CASE(
 
 TEST_CASE("the auto backend falls back to the host backend with a warning") {
   DaemonProcess d({"--backend=auto"});
-  v1::GetStatusResponse status = Status(*d.Stub());
+  v1::GetStatusResponse status = AnsweredStatus(*d.Stub());
   if (status.backend() == "cuda") {
     WARN("skipped: a CUDA device is present");
     return;
@@ -572,8 +568,9 @@ TEST_CASE("the auto backend falls back to the host backend with a warning") {
 TEST_CASE("the CUDA module: a missing or foreign one is named, not loaded") {
   {
     DaemonProcess probe({"--backend=cuda"});
-    if (Status(*probe.Stub()).backend_error().find("built without CUDA") !=
-        std::string::npos) {
+    if (AnsweredStatus(*probe.Stub())
+            .backend_error()
+            .find("built without CUDA") != std::string::npos) {
       WARN("skipped: this gputuned was built without CUDA");
       return;
     }
@@ -593,7 +590,7 @@ TEST_CASE("the CUDA module: a missing or foreign one is named, not loaded") {
        {Case{not_elf, "cannot load the CUDA module"},
         Case{GPUTUNE_FOREIGN_SO, "is not the CUDA module of this gputuned"}}) {
     DaemonProcess d({"--backend=cuda"}, {{"GPUTUNE_CUDA_MODULE", c.module}});
-    v1::GetStatusResponse status = Status(*d.Stub());
+    v1::GetStatusResponse status = AnsweredStatus(*d.Stub());
     INFO(status.backend_error());
     CHECK(status.backend() == "none");
     CHECK(status.backend_error().find(c.says) != std::string::npos);
@@ -602,7 +599,7 @@ TEST_CASE("the CUDA module: a missing or foreign one is named, not loaded") {
   // --backend=auto without the NVIDIA driver does not load it at all.
   if (!std::filesystem::exists("/dev/nvidiactl")) {
     DaemonProcess d({"--backend=auto"}, {{"GPUTUNE_CUDA_MODULE", not_elf}});
-    CHECK(Status(*d.Stub()).backend() == "host");
+    CHECK(AnsweredStatus(*d.Stub()).backend() == "host");
     CHECK(d.Log().find("/dev/nvidiactl does not exist") != std::string::npos);
   }
 }

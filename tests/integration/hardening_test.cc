@@ -30,6 +30,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/key_format.h"
 #include "proto/proto_time.h"
+#include "tests/support/answered_status.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/sanitized.h"
@@ -37,6 +38,7 @@
 namespace gputune {
 namespace {
 
+using testing::AnsweredStatus;
 using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
@@ -54,14 +56,6 @@ std::shared_ptr<grpc::Channel> FreshChannel(const DaemonProcess& d) {
 grpc::Status GetStatus(v1::TuneService::Stub& stub, v1::GetStatusResponse* resp,
                        int seconds = 10) {
   return stub.GetStatus(Ctx(seconds).get(), v1::GetStatusRequest(), resp);
-}
-
-v1::GetStatusResponse AnsweredStatus(v1::TuneService::Stub& stub) {
-  v1::GetStatusResponse resp;
-  const grpc::Status s = GetStatus(stub, &resp);
-  INFO(s.error_message());
-  REQUIRE(s.ok());
-  return resp;
 }
 
 uint64_t ClaimId(v1::TuneService::Stub& stub, const v1::Key& key) {

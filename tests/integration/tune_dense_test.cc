@@ -8,6 +8,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
 #include "proto/proto_time.h"
+#include "tests/support/answered_status.h"
 #include "tests/support/catch.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/sanitized.h"
@@ -15,6 +16,7 @@
 namespace gputune {
 namespace {
 
+using testing::AnsweredStatus;
 using testing::Ctx;
 using testing::DaemonProcess;
 using testing::DenseKey;
@@ -29,12 +31,6 @@ grpc::Status Tune(v1::TuneService::Stub& stub, const v1::Key& key, bool wait,
   return stub.TuneDense(Ctx().get(), req, resp);
 }
 
-v1::GetStatusResponse StatusOf(v1::TuneService::Stub& stub) {
-  v1::GetStatusResponse resp;
-  REQUIRE(stub.GetStatus(Ctx().get(), v1::GetStatusRequest(), &resp).ok());
-  return resp;
-}
-
 v1::GetEntryResponse GetEntry(v1::TuneService::Stub& stub, const v1::Key& key) {
   v1::GetEntryRequest req;
   *req.mutable_key() = key;
@@ -47,7 +43,7 @@ v1::GetEntryResponse GetEntry(v1::TuneService::Stub& stub, const v1::Key& key) {
 template <typename Pred>
 bool WaitFor(v1::TuneService::Stub& stub, Pred pred) {
   for (int i = 0; i < 500; ++i) {
-    if (pred(StatusOf(stub))) return true;
+    if (pred(AnsweredStatus(stub))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -90,7 +86,7 @@ TEST_CASE("16 concurrent TuneDense calls for one key run exactly one job") {
     CHECK(google::protobuf::util::MessageDifferencer::Equals(e, entries[0]));
   }
   auto stub = d.Stub();
-  v1::GetStatusResponse status = StatusOf(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK(status.jobs_completed() == 1);
   CHECK(status.jobs_failed() == 0);
   SECTION("and the entry explains the choice") {
@@ -164,7 +160,7 @@ TEST_CASE("a key claimed by a client is not benchmarked by the daemon") {
     CHECK(resp.status().state() == v1::KEY_STATE_HIT);
     CHECK(resp.status().entry().execution().kernel() == "client.kernel");
   }
-  CHECK(StatusOf(*stub).jobs_completed() == 0);
+  CHECK(AnsweredStatus(*stub).jobs_completed() == 0);
 }
 
 TEST_CASE("a failing candidate is dropped and its failure kept in the entry") {
@@ -207,7 +203,7 @@ TEST_CASE("no valid candidate: TuneDense fails clearly and the key is free") {
   v1::LookupResponse look;
   REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
   CHECK(look.status().state() == v1::KEY_STATE_MISS);
-  CHECK(StatusOf(*stub).jobs_failed() == 1);
+  CHECK(AnsweredStatus(*stub).jobs_failed() == 1);
 }
 
 TEST_CASE("a lost device stops benchmarking but the cache is still served") {
@@ -217,7 +213,7 @@ TEST_CASE("a lost device stops benchmarking but the cache is still served") {
   v1::TuneDenseResponse resp;
   grpc::Status failed = Tune(*stub, DenseKey(1, 64, 64), true, &resp);
   CHECK(failed.error_code() == grpc::StatusCode::ABORTED);
-  v1::GetStatusResponse status = StatusOf(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK_FALSE(status.backend_ready());
   CHECK(status.backend_error().find("device was lost") != std::string::npos);
   grpc::Status refused = Tune(*stub, DenseKey(2, 64, 64), true, &resp);
@@ -246,7 +242,7 @@ TEST_CASE("the queue refuses new jobs when full") {
   grpc::Status full = Tune(*stub, DenseKey(3, 64, 64), false, &resp);
   CHECK(full.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(full.error_message().find("--queue_capacity") != std::string::npos);
-  v1::GetStatusResponse status = StatusOf(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK(status.queue_depth() == 1);
   CHECK(status.queue_capacity() == 1);
 }
@@ -266,7 +262,7 @@ TEST_CASE("decode jobs run ahead of queued prefill jobs") {
     return s.has_running_job() &&
            s.running_job().key().dense_bf16().role() != "first";
   }));
-  CHECK(StatusOf(*stub).running_job().key().dense_bf16().phase() ==
+  CHECK(AnsweredStatus(*stub).running_job().key().dense_bf16().phase() ==
         v1::PHASE_DECODE);
 }
 
@@ -378,7 +374,7 @@ TEST_CASE(
   grpc::Status s = Tune(*stub, testing::DenseKey(1, 64, 64), true, &resp);
   CHECK(s.error_code() == grpc::StatusCode::ABORTED);
   CHECK(s.error_message().find("time limit") != std::string::npos);
-  v1::GetStatusResponse status = StatusOf(*stub);
+  v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK(status.jobs_failed() == 1);
   CHECK(status.backend_ready());
   // The worker takes the next job.
@@ -407,7 +403,7 @@ TEST_CASE(
   v1::LookupResponse look;
   REQUIRE(stub->Lookup(Ctx().get(), req, &look).ok());
   CHECK(look.status().state() != v1::KEY_STATE_HIT);
-  CHECK(StatusOf(*stub).jobs_completed() == 0);
+  CHECK(AnsweredStatus(*stub).jobs_completed() == 0);
 }
 
 TEST_CASE(
@@ -433,7 +429,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.has_running_job();
   }));
-  const v1::GetStatusResponse during = StatusOf(*stub);
+  const v1::GetStatusResponse during = AnsweredStatus(*stub);
   CHECK(during.has_running_job());
   waiter.join();
   const double took = std::chrono::duration<double>(ended - start).count();
@@ -445,7 +441,7 @@ TEST_CASE(
   // its limit a job stops is a latency, not a promise a test on a shared
   // machine can hold to a fraction of a second.)
   CHECK(took < 12.0 * kSlowdown);
-  const v1::GetStatusResponse after = StatusOf(*stub);
+  const v1::GetStatusResponse after = AnsweredStatus(*stub);
   CHECK(after.jobs_failed() == 1);
   CHECK(after.backend_ready());
   CHECK_FALSE(after.has_running_job());
@@ -473,7 +469,7 @@ TEST_CASE(
   const v1::GetEntryResponse got = GetEntry(*stub, rare);
   CHECK(got.state() == v1::KEY_STATE_STALE);
   CHECK(got.stale_usable());
-  const v1::GetStatusResponse before = StatusOf(*stub);
+  const v1::GetStatusResponse before = AnsweredStatus(*stub);
   CHECK(before.stale_entries() == 2);
   CHECK(before.stale_usable_entries() == 2);
   CHECK(before.jobs_completed() == 0);
@@ -505,7 +501,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.revalidated() == 2;
   }));
-  const v1::GetStatusResponse after = StatusOf(*stub);
+  const v1::GetStatusResponse after = AnsweredStatus(*stub);
   CHECK(after.stale_entries() == 0);
   CHECK(after.stale_usable_entries() == 0);
   CHECK(after.revalidations_failed() == 0);
@@ -538,7 +534,7 @@ TEST_CASE(
   CHECK(looked.stale_reason() ==
         "measured on another device or software (fingerprint differs)");
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  const v1::GetStatusResponse status = StatusOf(*stub);
+  const v1::GetStatusResponse status = AnsweredStatus(*stub);
   CHECK(status.stale_entries() == 1);
   CHECK(status.stale_usable_entries() == 0);
   CHECK(status.jobs_completed() == 0);
@@ -567,7 +563,7 @@ TEST_CASE(
     CHECK(e.state() == v1::KEY_STATE_STALE);
     CHECK_FALSE(e.stale_usable());
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    const v1::GetStatusResponse status = StatusOf(*stub);
+    const v1::GetStatusResponse status = AnsweredStatus(*stub);
     CHECK(status.stale_entries() == 2);
     CHECK(status.stale_usable_entries() == 1);
     CHECK(status.jobs_completed() == 0);
@@ -593,7 +589,7 @@ TEST_CASE(
   REQUIRE(WaitFor(*stub, [](const v1::GetStatusResponse& s) {
     return s.claims_size() == 1 && s.claims(0).holder() == "gputuned";
   }));
-  const uint64_t id = StatusOf(*stub).claims(0).claim_id();
+  const uint64_t id = AnsweredStatus(*stub).claims(0).claim_id();
   // This test runs as the daemon's own user: an operator, refused all the
   // same.
   v1::RecordRequest forged;
@@ -623,8 +619,8 @@ TEST_CASE(
   const v1::Entry entry = GetEntry(*stub, key).entry();
   CHECK(entry.source() == v1::SOURCE_DAEMON_MEASURED);
   CHECK(entry.measurements_size() >= 2);
-  CHECK(StatusOf(*stub).jobs_completed() == 1);
-  CHECK(StatusOf(*stub).jobs_failed() == 0);
+  CHECK(AnsweredStatus(*stub).jobs_completed() == 1);
+  CHECK(AnsweredStatus(*stub).jobs_failed() == 0);
 }
 
 }  // namespace gputune
